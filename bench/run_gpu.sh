@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On a GPU machine with torch preinstalled and no network: run the `gpu` tests and the benchmarks,
+# writing JSON results into OUT_DIR (copy them to bench/results/ and commit them with the code).
+#
+#   bench/run_gpu.sh OUT_DIR [pytest args...]
+#
+# Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
+# installed into a private folder first. Nothing here needs the network.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:?usage: bench/run_gpu.sh OUT_DIR [pytest args...]}"; shift
+mkdir -p "$out"
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/duplexcadence-site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/duplexcadence-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# cuBLAS picks its workspace per stream; a fixed config keeps eager and replay on the same kernels.
+export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"
+export PYTHONUNBUFFERED=1
+export DUPLEXCADENCE_GPU_RESULTS="$out/gpu_tests.jsonl"
+
+python3 bench/env_info.py "bench/run_gpu.sh $out $*" > "$out/env.json"
+python3 -m pytest -m gpu -p no:cacheprovider -q --junitxml="$out/gpu_tests.xml" "$@" 2>&1 \
+    | tee "$out/gpu_tests.log"
+status=${PIPESTATUS[0]}
+python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
+exit "$status"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up everything DuplexCadence needs on a fresh Debian/Ubuntu machine, idempotently:
+# system packages (apt, when root or sudo is available), a virtual environment in .venv,
+# torch (kept if one >= 2.11 is already importable, e.g. a CUDA build), the project and its
+# test tools, and the vendor package used as the exactness oracle.
+#
+#   DUPLEXCADENCE_TORCH   pip requirement for torch when none is importable (default torch==2.13.0;
+#                         e.g. "torch==2.11.0 --index-url https://download.pytorch.org/whl/cu130")
+#   DUPLEXCADENCE_VENV    where the environment lives (default .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv="${DUPLEXCADENCE_VENV:-.venv}"
+stamp="$venv/.setup-stamp"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    exit 0  # already set up for this exact pyproject + script
+fi
+
+apt_packages=()  # filled by later features (PortAudio, PipeWire, Qt runtime libraries, ...)
+if ((${#apt_packages[@]})); then
+    missing=()
+    for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    if ((${#missing[@]})); then
+        sudo_cmd=(); [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+        echo "setup: installing system packages: ${missing[*]}"
+        "${sudo_cmd[@]}" apt-get update -qq
+        "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+fi
+
+# --system-site-packages lets a machine's preinstalled CUDA torch serve the environment.
+[[ -x "$venv/bin/python" ]] || python3 -m venv --system-site-packages "$venv"
+py="$venv/bin/python"
+pip=("$py" -m pip install -q --disable-pip-version-check)
+
+if ! "$py" - <<'PY' 2>/dev/null
+import torch, sys
+major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+sys.exit(0 if (major, minor) >= (2, 11) else 1)
+PY
+then
+    echo "setup: installing ${DUPLEXCADENCE_TORCH:-torch==2.13.0}"
+    # shellcheck disable=SC2086  # the variable may carry pip options on purpose
+    "${pip[@]}" ${DUPLEXCADENCE_TORCH:-torch==2.13.0}
+fi
+
+echo "setup: installing duplexcadence and its test tools"
+"${pip[@]}" -e ".[test]"
+# The exactness oracle: the vendor's own modules, without their heavy dependency set.
+"${pip[@]}" --no-deps "minicpmo-utils==1.0.7"
+echo "$want" > "$stamp"

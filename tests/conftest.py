@@ -1,0 +1,15 @@
+"""Shared test setup: markers that skip cleanly where the hardware is absent."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device (none here); results come from bench/")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
