@@ -69,7 +69,15 @@ def run_isolated(test_file: str, test_name: str, timeout_s: float = 900.0) -> No
 
     The child is an ordinary pytest run of ``test_file::test_name``; its output is shown on failure.
     """
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               f"{test_file}::{test_name}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"{test_file}::{test_name}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     assert done.returncode == 0, f"isolated oracle run failed:\n{done.stdout}\n{done.stderr}"

@@ -1,0 +1,115 @@
+"""The ``duplexcadence`` command line.
+
+Each subcommand is one ``_add_<name>`` function that registers its arguments and one
+``_run_<name>`` function that does the work and returns the exit status; add a subcommand by
+writing both and listing the adder in :data:`SUBCOMMANDS`.
+
+Exit status: 0 on success, 1 when a declaration is invalid, 2 on a usage error (including a
+declaration file that does not exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from app.plan_report import render_plan
+from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
+from engine.plan import make_plan, plan_as_dict
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _add_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="print the plan a declaration implies (extents, catalogs, K, ρ, memory per arm)",
+        description="Derive the plan of a declaration before any traffic (paper Table 3).",
+    )
+    parser.add_argument(
+        "declaration", help="a shipped declaration name (e.g. minicpmo45_token2wav) or a YAML path"
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--walk", action="store_true", help="with --json, include the declared stream's walk"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="override an operating-point integer (repeatable), e.g. --set f_call=50",
+    )
+    parser.set_defaults(run=_run_plan)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    overrides = _parse_overrides(args.overrides)
+    declaration = load_declaration(args.declaration)
+    unknown = sorted(set(overrides) - set(declaration.operating_point))
+    if unknown:
+        known = ", ".join(declaration.operating_point)
+        raise _UsageError(
+            f"--set {unknown[0]}: not an operating-point name; expected one of {known}"
+        )
+    plan = make_plan(declaration, overrides)
+    if args.json:
+        print(json.dumps(plan_as_dict(plan, with_walk=args.walk), indent=2, ensure_ascii=False))
+    else:
+        print(render_plan(plan), end="")
+    return EXIT_OK
+
+
+def _parse_overrides(items: Sequence[str]) -> dict[str, int]:
+    overrides: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise _UsageError(f"--set {item!r}: expected NAME=INTEGER, e.g. --set f_call=50")
+        overrides[name.strip()] = int(value)
+    return overrides
+
+
+class _UsageError(Exception):
+    """A malformed argument that argparse itself cannot check."""
+
+
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    _add_plan,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="duplexcadence",
+        description="DuplexCadence: exact, lean speech synthesis from declared clocks.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``duplexcadence`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except DeclarationNotFound as error:
+        print(f"duplexcadence: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except _UsageError as error:
+        print(f"duplexcadence: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except DeclarationError as error:
+        print(f"duplexcadence: invalid declaration: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Extents of every region over a stream of calls: turn resets, steady calls, flushes, last chunks.
+
+Pure functions of a :class:`engine.contract.Declaration` and an operating point (no torch). The
+plan (:mod:`engine.plan`) builds bounds and catalogs on them; tests and adapters can walk any
+call pattern to see the extent of every region before, at the peak of and after each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from engine.contract import (
+    Declaration,
+    DeclarationError,
+    Operator,
+    Region,
+    RetentionPolicy,
+    StreamEvent,
+)
+from engine.expr import ExprError, evaluate_predicate
+
+State = dict[str, int]  # region name -> extent along its clock dim
+MAX_CLOSURE_CALLS = 100_000  # a grid closure longer than this means retention never binds
+
+
+@dataclass(frozen=True)
+class Call:
+    """One operator call in a walk: its kind, sizes, admission and the extents it met."""
+
+    operator: str
+    kind: str
+    values: Mapping[str, int]
+    frames: int
+    advance: int
+    admitted: bool
+    before: Mapping[str, int]
+    peak: Mapping[str, int]
+    after: Mapping[str, int]
+
+
+def reset_state(decl: Declaration, env: Mapping[str, int]) -> State:
+    """Every region's extent right after a turn reset (a ring is always at its capacity)."""
+    return {
+        name: region.retention.retained_extent(region.reset.evaluate(env), env)
+        for name, region in decl.regions.items()
+    }
+
+
+def apply_call(
+    decl: Declaration,
+    env: Mapping[str, int],
+    state: State,
+    kind: str,
+    values: Mapping[str, int] | None = None,
+) -> tuple[State, list[Call]]:
+    """Run one call of ``kind`` through every operator that declares it; return the new state.
+
+    A ``prompt_plus_history`` region peaks at ``before + frames``: the stock path holds the whole
+    live cache (retained frames ‖ the call's frames) until it trims after the call. A sliding
+    window never holds more than its window (the concatenation is workspace) and a ring is
+    written in place at its capacity. After the call every written region keeps
+    ``retain(before + advance)``.
+    """
+    params = decl.calls[kind].settle(values or {}, env)
+    new_state, calls = dict(state), []
+    for op in decl.operators.values():
+        if kind not in op.calls:
+            continue
+        frames, advance = call_sizes(op, kind, params)
+        peak = {r: state[r] for r in op.reads}
+        for name in op.writes:
+            region = decl.regions[name]
+            peak[name] = _peak(region, state[name], frames, env)
+            new_state[name] = region.retention.retained_extent(state[name] + advance, env)
+        admitted = is_admitted(decl, params, frames, advance)
+        touched = (*op.reads, *(r for r in op.writes if r not in op.reads))
+        calls.append(
+            Call(
+                operator=op.name,
+                kind=kind,
+                values=dict(values or {}),
+                frames=frames,
+                advance=advance,
+                admitted=admitted,
+                before={r: state[r] for r in touched},
+                peak=peak,
+                after={r: new_state[r] for r in touched},
+            )
+        )
+    return new_state, calls
+
+
+def _peak(region: Region, before: int, frames: int, env: Mapping[str, int]) -> int:
+    if region.retention.policy is RetentionPolicy.PROMPT_PLUS_HISTORY:
+        return before + frames
+    return max(before, region.retention.retained_extent(before + frames, env))
+
+
+def call_sizes(op: Operator, kind: str, params: Mapping[str, int]) -> tuple[int, int]:
+    """``(frames, advance)`` of ``op`` on a call of ``kind`` with parameters ``params``."""
+    extent = op.calls[kind]
+    try:
+        return extent.frames.evaluate(params), extent.advance.evaluate(params)
+    except ExprError as error:
+        raise DeclarationError(f"operators.{op.name}.calls.{kind}: {error}") from None
+
+
+def is_admitted(decl: Declaration, params: Mapping[str, int], frames: int, advance: int) -> bool:
+    """The admission predicate on the call's parameters; ``f`` is the frames it advances."""
+    return evaluate_predicate(decl.admission, {**params, "f": advance, "frames": frames})
+
+
+def walk(
+    decl: Declaration, env: Mapping[str, int], events: Iterable[StreamEvent] | None = None
+) -> list[Call]:
+    """Walk a call pattern (the declaration's ``stream`` by default) from a turn reset.
+
+    Returns one :class:`Call` per operator call, with the extents before, at peak and after.
+    """
+    state, calls = reset_state(decl, env), []
+    for event in decl.stream if events is None else events:
+        if event.kind is None:
+            state = reset_state(decl, env)
+            continue
+        for _ in range(event.repeat):
+            state, made = apply_call(decl, env, state, event.kind, event.values)
+            calls.extend(made)
+    return calls
+
+
+def grid_closure(decl: Declaration, env: Mapping[str, int], kind: str) -> list[Call]:
+    """Grid calls of ``kind`` from a turn reset until the state repeats (retention binds)."""
+    state, calls = reset_state(decl, env), []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    while (key := tuple(sorted(state.items()))) not in seen:
+        if len(seen) >= MAX_CLOSURE_CALLS:
+            raise DeclarationError(
+                f"calls.{kind}: extents still grow after {MAX_CLOSURE_CALLS} calls; declare a "
+                "retention bound that the stride reaches (property C2)"
+            )
+        seen.add(key)
+        state, made = apply_call(decl, env, state, kind)
+        calls.extend(made)
+    return calls
+
+
+def call_values(decl: Declaration, env: Mapping[str, int], kind: str) -> list[dict[str, int]]:
+    """Every assignment of a kind's ranged variables (the product of their ranges)."""
+    assignments: list[dict[str, int]] = [{}]
+    for var in decl.calls[kind].ranges:
+        low, high = decl.calls[kind].bounds(var, env)
+        assignments = [{**a, var: v} for a in assignments for v in range(low, high + 1)]
+    return assignments

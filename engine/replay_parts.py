@@ -1,0 +1,414 @@
+"""The parts under ExactShapeReplay: its records, staging, effect probe, capture and recovery.
+
+``engine/replay.py`` decides; this module does. Nothing here counts or logs: failures are
+raised (:class:`CaptureFailed`) for the dispatcher to classify.
+
+CUDA-graph rules this module encodes (see ENGINEERING.md and FACTS.md):
+
+- Static buffers are allocated OUTSIDE capture, in the ordinary caching allocator, so no graph's
+  private pool owns them and no later capture recycles them. Only outputs and temporaries of the
+  captured callable live in the engine's shared pool.
+- The device generator is snapshotted before capture and restored after, so the first replay
+  draws what eager would have drawn at that point (the capture itself draws nothing).
+- A failed capture is cleaned up completely: the capture is ended, the pool is handed back to the
+  allocator, the partial graph is reset, the default CUDA generator is taken out of any capturing
+  state (older torch leaves it there: "Offset increment outside graph capture encountered
+  unexpectedly" on the next draw) and restored to its snapshot; a test draw proves it usable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from engine.signature import Signature, Slot
+
+__all__ = [
+    "Binding",
+    "CaptureFailed",
+    "Effects",
+    "OpCounters",
+    "ReplayError",
+    "ReplayEvent",
+    "SignatureClass",
+    "capture_graph",
+    "deliver",
+    "poison_targets",
+    "probe_effects",
+    "resolve_slots",
+]
+
+RegionKey = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype]
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+class ReplayError(RuntimeError):
+    """A replay bug surfaced in ``strict`` mode (e.g. a capture attempted after ``seal()``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayEvent:
+    """Something the metrics and the trace should show: a capture, invalidation, fallback or
+    rejection of one operator's signature class. ``t`` is ``time.perf_counter()``."""
+
+    kind: str  # "capture" | "invalidation" | "fallback" | "rejection"
+    op: str
+    reason: str
+    t: float
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class OpCounters:
+    """One operator's counters since the last ``reset_counters()``.
+
+    ``captures`` counts every capture (re-captures after a drift included); ``fallbacks``
+    counts failed captures; ``open_admissions`` classes admitted only by an open catalog.
+    """
+
+    hits: int = 0
+    misses: dict[str, int] = field(default_factory=dict)
+    captures: int = 0
+    invalidations: int = 0
+    rejections: int = 0
+    fallbacks: int = 0
+    open_admissions: int = 0
+    capture_s: float = 0.0
+    capture_bytes: int = 0
+
+    def miss(self, reason: str) -> None:
+        self.misses[reason] = self.misses.get(reason, 0) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def sum_dicts(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Sum counter dicts (``misses`` by reason); the ``total`` of :meth:`snapshot`."""
+        total: dict[str, Any] = OpCounters().to_dict()
+        for entry in entries:
+            for key, value in entry.items():
+                if key == "misses":
+                    for reason, n in value.items():
+                        total["misses"][reason] = total["misses"].get(reason, 0) + n
+                else:
+                    total[key] = total.get(key, 0) + value
+        return total
+
+
+class CaptureFailed(RuntimeError):
+    """A capture raised; ``error`` is the cause, ``unrecovered`` says what cleanup could not fix."""
+
+    def __init__(self, error: BaseException, unrecovered: str | None) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error, self.unrecovered = error, unrecovered
+
+
+@dataclass(slots=True)
+class Binding:
+    """One captured class: its static inputs, recorded addresses, graph and static outputs."""
+
+    static_args: tuple[Any, ...]
+    static_kwargs: dict[str, Any]
+    staged: tuple[tuple[int, Tensor], ...]  # (leaf index, static buffer)
+    aliased: tuple[tuple[int, int], ...]  # (leaf index, data_ptr at capture)
+    regions: tuple[RegionKey, ...]
+    region_refs: tuple[Tensor, ...]  # keeps the recorded regions' storage alive
+    graph: torch.cuda.CUDAGraph | None = None
+    outputs: Any = None
+    poison: tuple[tuple[Tensor, float], ...] = ()  # (static output, fill value)
+
+    @classmethod
+    def stage(
+        cls,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        leaves: list[Tensor],
+        aliased: tuple[int, ...],
+        regions: tuple[Tensor, ...],
+    ) -> Binding:
+        """Allocate a static buffer per non-aliased tensor leaf (same strides) and fill it.
+
+        Raises if a leaf cannot be staged (e.g. it overlaps itself, as an ``expand`` does).
+        """
+        static = list(leaves)
+        staged = []
+        for j, t in enumerate(leaves):
+            if j in aliased:
+                continue
+            buf = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            buf.copy_(t)
+            static[j] = buf
+            staged.append((j, buf))
+        s_args, s_kwargs = _rebuild(args, kwargs, iter(static))
+        return cls(
+            static_args=s_args,
+            static_kwargs=s_kwargs,
+            staged=tuple(staged),
+            aliased=tuple((j, leaves[j].data_ptr()) for j in aliased),
+            regions=cls.region_keys(regions),
+            region_refs=regions,
+        )
+
+    @staticmethod
+    def region_keys(regions: Sequence[Tensor]) -> tuple[RegionKey, ...]:
+        """Address and geometry of each write-through region: what must not drift."""
+        return tuple((t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype) for t in regions)
+
+    def static_tensors(self) -> list[Tensor]:
+        """Every tensor the graph reads or writes outside its pool."""
+        return [*_leaves((self.static_args, self.static_kwargs)), *self.region_refs]
+
+
+@dataclass(slots=True)
+class SignatureClass:
+    """The dispatcher's state for one (operator, signature)."""
+
+    sig: Signature
+    aliased: tuple[int, ...]  # indices of aliased tensor leaves
+    warm: int = 0  # eager warm-up calls since creation or the last invalidation
+    probed: bool = False
+    device_random: bool = False
+    rejected: str | None = None
+    invalidations: int = 0
+    binding: Binding | None = field(default=None)
+
+
+# -- pytrees of call arguments and outputs -------------------------------------------------
+
+
+def _leaves(obj: Any) -> Iterator[Tensor]:
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, tuple | list):
+        for item in obj:
+            yield from _leaves(item)
+    elif isinstance(obj, dict):
+        for key in obj:
+            yield from _leaves(obj[key])
+
+
+def _map(obj: Any, fn: Callable[[Tensor], Any]) -> Any:
+    """``obj`` with every tensor leaf replaced by ``fn(leaf)`` (tuples, lists, dicts)."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        items = [_map(item, fn) for item in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        return [_map(item, fn) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _map(value, fn) for key, value in obj.items()}
+    return obj
+
+
+def _rebuild(
+    args: tuple[Any, ...], kwargs: dict[str, Any], leaves: Iterator[Tensor]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Substitute ``leaves`` in the order ``key_call`` walks them (args, then sorted keywords)."""
+    new_args = tuple(_map(a, lambda _: next(leaves)) for a in args)
+    new_kwargs = {name: _map(kwargs[name], lambda _: next(leaves)) for name in sorted(kwargs)}
+    return new_args, new_kwargs
+
+
+def deliver(outputs: Any, copy_out: bool) -> Any:
+    """The caller's outputs: fresh copies of static outputs, or the static outputs themselves."""
+    return _map(outputs, lambda t: t.clone()) if copy_out else outputs
+
+
+def poison_targets(binding: Binding) -> tuple[tuple[Tensor, float], ...]:
+    """Static outputs to fill before every replay, with their fill value (NaN for floating
+    types, the dtype's max for integers): all but those sharing storage with an input or a
+    region (an output that is a view of the carry must keep the carry's data) and booleans."""
+    held = {t.untyped_storage().data_ptr() for t in binding.static_tensors()}
+    targets = []
+    for t in _leaves(binding.outputs):
+        if t.untyped_storage().data_ptr() in held or t.dtype == torch.bool:
+            continue
+        fp = t.is_floating_point() or t.is_complex()
+        targets.append((t, float("nan") if fp else float(torch.iinfo(t.dtype).max)))
+    return tuple(targets)
+
+
+def resolve_slots(fn: Callable[..., Any], slots: Sequence[Slot]) -> frozenset[Slot]:
+    """Aliased argument slots under both spellings (position and name) where ``fn`` allows both."""
+    resolved: set[Slot] = set(slots)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature: take slots as given
+        return frozenset(resolved)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in params if p.kind in kinds]
+    names = {p.name for p in params}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    for slot in slots:
+        if isinstance(slot, str):
+            if slot not in names and not var_kw:
+                raise ValueError(f"aliased={slot!r}: {fn!r} has no parameter of that name")
+            resolved.update(i for i, p in enumerate(positional) if p.name == slot)
+        elif slot < len(positional) and positional[slot].kind is not kinds[0]:
+            resolved.add(positional[slot].name)
+    return frozenset(resolved)
+
+
+# -- the effect probe -------------------------------------------------------------------------
+
+
+class Effects(NamedTuple):
+    """Which generators a probationary call consumed."""
+
+    host: tuple[str, ...]  # names of consumed host generators
+    device: bool  # the device's default generator advanced
+
+
+def _generator_states(device: torch.device | None) -> dict[str, Any]:
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if device is not None:
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return bool(np.array_equal(a, b))
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def probe_effects(
+    device: torch.device | None,
+    run: Callable[[Callable[..., Any], Any, Any], Any],
+    fn: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+) -> tuple[Any, Effects]:
+    """Run ``run(fn, args, kwargs)`` once, watching the host generators (torch CPU, ``random``,
+    numpy's global) and, with a CUDA ``device``, its default generator. No rewind: the probe
+    is the real call. Without CUDA the torch CPU generator counts as host randomness."""
+    before = _generator_states(device)
+    out = run(fn, args, kwargs)
+    after = _generator_states(device)
+    host = tuple(k for k in ("torch", "random", "numpy") if not _same(before[k], after[k]))
+    moved = device is not None and not _same(before["cuda"], after["cuda"])
+    return out, Effects(host, moved)
+
+
+# -- capture and recovery --------------------------------------------------------------------
+
+
+def capture_graph(
+    binding: Binding,
+    fn: Callable[..., Any],
+    device: torch.device,
+    stream: torch.cuda.Stream,
+    pool: Any,
+) -> int:
+    """Capture ``fn`` on the binding's static inputs into ``binding.graph``/``binding.outputs``.
+
+    Returns the capture's memory: the drop of ``torch.cuda.mem_get_info`` free bytes across it
+    (clamped at 0, so summed counters stay monotonic). Leaves the device generator where it was.
+    Raises :class:`CaptureFailed` after a full cleanup if anything in the capture raised.
+    """
+    rng = torch.cuda.get_rng_state(device)
+    torch.cuda.synchronize(device)
+    free_before = torch.cuda.mem_get_info(device)[0]
+    graph = torch.cuda.CUDAGraph()
+    error: BaseException | None = None
+    ended = False
+    outputs: Any = None
+    with torch.no_grad(), torch.cuda.stream(stream):
+        try:
+            graph.capture_begin(pool=pool)
+        except Exception as exc:
+            error = exc
+        else:
+            try:
+                outputs = fn(*binding.static_args, **binding.static_kwargs)
+            except Exception as exc:
+                error = exc
+            try:
+                graph.capture_end()
+                ended = True
+            except Exception as exc:
+                error = error or exc
+    if error is not None:
+        del outputs  # partial outputs point into the abandoned capture's pool
+        raise CaptureFailed(error, _recover(graph, ended, device, stream, pool, rng)) from error
+    torch.cuda.synchronize(device)
+    used = max(0, free_before - torch.cuda.mem_get_info(device)[0])
+    torch.cuda.set_rng_state(rng, device)
+    binding.graph, binding.outputs = graph, outputs
+    return used
+
+
+def _recover(
+    graph: torch.cuda.CUDAGraph,
+    ended: bool,
+    device: torch.device,
+    stream: torch.cuda.Stream,
+    pool: Any,
+    rng: Tensor,
+) -> str | None:
+    """Undo a failed capture; returns what could not be recovered (None when all is well)."""
+    problems = []
+    if not ended:
+        # capture_end threw before handing the pool back to the allocator: without this the
+        # allocator keeps routing allocations through a filter that points into the dead graph.
+        end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None)
+        try:
+            if end_pool is not None:
+                end_pool(device.index, pool)
+        except RuntimeError:
+            pass  # not recording to the pool any more: nothing to undo
+        # The pool's use count taken at capture_begin is deliberately NOT released: releasing
+        # it twice would free memory the engine's other graphs still replay into.
+    try:
+        graph.reset()
+    except Exception as exc:
+        problems.append(f"graph reset: {type(exc).__name__}: {exc}")
+    del graph
+    with torch.cuda.stream(stream):
+        if torch.cuda.is_current_stream_capturing():
+            problems.append("the capture stream is still capturing")
+    try:
+        _heal_generator(device, stream)
+        torch.cuda.set_rng_state(rng, device)
+        torch.empty(4, device=device).uniform_()  # a draw outside capture must work again
+        torch.cuda.set_rng_state(rng, device)
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        problems.append(f"device generator: {type(exc).__name__}: {exc}")
+    return "; ".join(problems) or None
+
+
+def _heal_generator(device: torch.device, stream: torch.cuda.Stream) -> None:
+    """Run one tiny, successful capture: its prologue/epilogue take the default generator out
+    of a capturing state an aborted capture left it in. Harmless where torch keys capture
+    state by capture id (>= 2.13)."""
+    scratch = torch.zeros(1, device=device)
+    healer = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        healer.capture_begin()
+        scratch.add_(1)
+        healer.capture_end()
+    torch.cuda.synchronize(device)
+    del healer
