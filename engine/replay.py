@@ -169,7 +169,7 @@ class ReplayEngine:
         self._broken: str | None = None
         # Warm-up and capture share one side stream: cuBLAS workspaces are per stream.
         self._stream = torch.cuda.Stream(device=self.device) if self.cuda else None  # type: ignore[no-untyped-call]
-        self._pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        self._pool_handle: Any = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -360,7 +360,9 @@ class ReplayEngine:
         try:
             binding = Binding.stage(args, kw, leaves, cls.aliased, op.regions())
             if self._stream is not None:
-                capture_bytes = capture_graph(binding, op.fn, self.device, self._stream, self._pool)
+                capture_bytes = capture_graph(
+                    binding, op.fn, self.device, self._stream, self._pool()
+                )
         except Exception as exc:
             return self._fallback(op, cls, exc, args, kw)
         if self.poison and binding.graph is not None:
@@ -375,6 +377,21 @@ class ReplayEngine:
         detail = f"{cls.sig} in {capture_s * 1e3:.1f} ms, {capture_bytes} B"
         self._emit("capture", op, "random" if cls.device_random else "ok", detail)
         return out
+
+    def _pool(self) -> Any:
+        """The memory pool the next capture records into: shared by every live graph.
+
+        The allocator frees a private pool once the last graph using it is reset, and a later
+        capture into that handle trips an internal assertion (seen on torch 2.11 after a failed
+        capture). So when no captured graph is alive — at start, after invalidations dropped the
+        last one, after a failed capture — the next capture opens a fresh pool.
+        """
+        live = any(
+            c.binding is not None and c.binding.graph is not None for c in self._classes.values()
+        )
+        if self._pool_handle is None or not live:
+            self._pool_handle = torch.cuda.graph_pool_handle()
+        return self._pool_handle
 
     def _fallback(
         self, op: ReplayOp, cls: SignatureClass, exc: BaseException, args: Any, kw: Any
