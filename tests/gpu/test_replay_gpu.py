@@ -8,9 +8,7 @@ Run with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA initialises (the ru
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -19,26 +17,12 @@ from torch import Tensor
 
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog
+from tests.gpu_results import record
 from tests.toy import ToyAttention, ToyConfig, compare_stream, prime, stream_plan
 
 pytestmark = pytest.mark.gpu
 
 GPU_TOY = ToyConfig(batch=2, dim=64, prompt=30, history=40, chunk=10, flush=4, seed=3)
-
-
-def record(test: str, **numbers: object) -> None:
-    """Append this test's key numbers to ``$DUPLEXCADENCE_GPU_RESULTS`` (JSON lines)."""
-    path = os.environ.get("DUPLEXCADENCE_GPU_RESULTS")
-    if not path:
-        return
-    row = {
-        "test": test,
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        **numbers,
-    }
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 @pytest.fixture
