@@ -304,8 +304,19 @@ class Carry:
             raise ValueError(
                 f"carry.commit({n}) after reserve({self._reserved}): commit what you reserved"
             )
+        return self.settle(self._extent + n)
+
+    def settle(self, extent: int) -> Tensor:
+        """The buffer's first ``extent`` frames now hold the full post-call cache H, written there
+        by the operator itself; apply retention in place and return :meth:`view`.
+
+        This is the write-through form for either order: a ``NEWEST_FIRST`` attention that writes
+        ``cat([k_new, k_cache])`` back into its own slot (after reading the old cache) leaves H at
+        the front of the buffer. Only the retention's moves run here, so the operator's work may
+        live in a replayed graph while this bookkeeping stays outside it.
+        """
+        self._check_room(extent - self._extent)
         self._reserved = 0
-        extent = self._extent + n
         self._run(_plan(self.retention, (("live", extent),)), None)
         return self._finish(extent)
 

@@ -252,3 +252,20 @@ def test_cuda_graph_replays_steady_state_carry(path: str) -> None:
         graph.replay()
         assert torch.equal(carry.view(), ref), "replayed carry left the stock path"
         assert carry.data_ptr() == ptr
+
+
+@pytest.mark.parametrize("order", list(Order))
+def test_settle_retains_what_the_operator_wrote_in_place(order: Order) -> None:
+    """An operator that writes H = cat-in-order(new, cache) straight into the buffer, then
+    ``settle``: the same values as the stock ``cat`` + retention, at the same address."""
+    g = torch.Generator().manual_seed(4)
+    base = torch.randn(3, 6, 2, generator=g)
+    carry = Carry(base, dim=1, prompt=4, history=5, order=order, capacity=14)
+    stock, ptr = base.clone(), carry.data_ptr()
+    for n in (3, 3, 2, 4, 3):
+        new = torch.randn(3, n, 2, generator=g)
+        h = torch.cat([new, stock] if order is Order.NEWEST_FIRST else [stock, new], dim=1)
+        stock = stock_retention(h, 1, 4, 5, order)
+        carry.buffer.narrow(1, 0, h.shape[1]).copy_(h)  # the operator's write-through
+        assert torch.equal(carry.settle(h.shape[1]), stock)
+        assert carry.data_ptr() == ptr
