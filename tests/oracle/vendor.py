@@ -27,6 +27,8 @@ VENDOR_DIST = "minicpmo-utils==1.0.7"
 
 def vendor_available() -> bool:
     """True when the vendor package is installed (``.ci/run`` installs it with ``--no-deps``)."""
+    if VENDOR_PACKAGE in sys.modules:  # already registered by vendor_module(): spec is None
+        return True
     return importlib.util.find_spec(VENDOR_PACKAGE) is not None
 
 
