@@ -18,10 +18,10 @@ from torch import nn
 def randomize_(module: nn.Module, seed: int, *, gain: float = 1.0) -> nn.Module:
     """Fill every parameter of ``module`` in place with seeded random values and return it.
 
-    Matrices and kernels (``dim >= 2``) get ``N(0, gain / fan_in)`` so activations stay O(1) through
-    deep stacks; vectors named like norm scales (``weight`` of a 1-d parameter) get ``1 + 0.1·N(0,1)``;
-    other vectors (biases, embeddings of one dim) get ``0.1·N(0,1)``. Values are drawn on the CPU and
-    copied to the parameter's device, so the result does not depend on where the module lives.
+    Matrices and kernels (``dim >= 2``) get ``N(0, gain / fan_in)`` so activations stay O(1)
+    through deep stacks; vectors named like norm scales (``weight`` of a 1-d parameter) get
+    ``1 + 0.1·N(0,1)``; other vectors (biases) get ``0.1·N(0,1)``. Values are drawn on the CPU
+    and copied to the parameter's device, so the result does not depend on where the module lives.
     """
     generator = torch.Generator().manual_seed(seed)
     for name, param in module.named_parameters():

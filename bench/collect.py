@@ -25,7 +25,8 @@ def summarize(out: Path) -> dict[str, object]:
     lines = out / "gpu_tests.jsonl"
     summary["records"] = (
         [json.loads(line) for line in lines.read_text().splitlines() if line.strip()]
-        if lines.exists() else []
+        if lines.exists()
+        else []
     )
     return summary
 

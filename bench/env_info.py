@@ -23,8 +23,15 @@ def environment(command: str) -> dict[str, object]:
     }
     try:
         smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
+            [
+                "nvidia-smi",
+                "--query-gpu=driver_version,clocks.sm,clocks.mem",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
         info["nvidia_smi"] = smi.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):

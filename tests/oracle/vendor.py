@@ -18,6 +18,7 @@ import sys
 import types
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -55,10 +56,83 @@ def vendor_module(name: str) -> ModuleType:
     return importlib.import_module(f"{VENDOR_PACKAGE}.{name}")
 
 
+IMPORT_ONLY = (
+    "s3tokenizer",
+    "torchaudio",
+    "torchaudio.compliance",
+    "torchaudio.compliance.kaldi",
+    "hyperpyyaml",
+    "librosa",
+    "librosa.filters",
+)
+"""Modules ``stepaudio2/token2wav.py`` imports at module level but its cache trims never call."""
+
+
+def vendor_flow(ours: Any) -> Any:
+    """The vendor's ``CausalMaskedDiffWithXvec`` at the released sizes, holding ``ours``' weights
+    (``strict=True``) and noise buffer, on ``ours``' device, in eval mode."""
+    flow = vendor_module("cosyvoice2.flow.flow")
+    cfm = vendor_module("cosyvoice2.flow.flow_matching")
+    dit = vendor_module("cosyvoice2.flow.decoder_dit")
+    encoder = vendor_module("cosyvoice2.transformer.upsample_encoder_v2")
+    theirs = flow.CausalMaskedDiffWithXvec(
+        input_size=512,
+        output_size=80,
+        spk_embed_dim=192,
+        output_type="mel",
+        vocab_size=6561,
+        encoder=encoder.UpsampleConformerEncoderV2(
+            input_size=512,
+            output_size=512,
+            input_layer="linear",
+            pre_lookahead_len=3,
+            num_blocks=6,
+            num_up_blocks=4,
+            up_stride=2,
+            up_scale_factor=2,
+            attention_heads=8,
+            key_bias=True,
+            linear_units=2048,
+        ),
+        decoder=cfm.CausalConditionalCFM(
+            dit.DiT(
+                in_channels=320,
+                out_channels=80,
+                mlp_ratio=4.0,
+                depth=16,
+                num_heads=8,
+                head_dim=64,
+                hidden_size=512,
+            ),
+            inference_cfg_rate=0.7,
+        ),
+    )
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    theirs.decoder.rand_noise.copy_(ours.decoder.rand_noise)
+    return theirs.to(ours.encoder_proj.weight.device).eval()
+
+
+def vendor_token2wav() -> Any:
+    """The vendor's ``Token2wav`` class, for its cache trims, with import-only stand-ins.
+
+    ``stepaudio2/token2wav.py`` imports torchaudio, s3tokenizer, hyperpyyaml and librosa (through
+    the vocoder modules) at module level; the trims never call them, so empty stand-ins are
+    registered first (a fake at an import boundary, nothing more).
+    """
+    for name in IMPORT_ONLY:
+        sys.modules.setdefault(name, types.ModuleType(name))
+    modules: Any = sys.modules
+    modules["hyperpyyaml"].load_hyperpyyaml = None
+    modules["librosa.filters"].mel = None
+    modules["torchaudio"].compliance = modules["torchaudio.compliance"]
+    modules["torchaudio.compliance"].kaldi = modules["torchaudio.compliance.kaldi"]
+    return vendor_module("token2wav").Token2wav
+
+
 def _vendor_root() -> Path:
     loaded = sys.modules.get(VENDOR_PACKAGE)
     if loaded is not None:  # our bare package object: its spec is None, its path is set
-        return Path(list(loaded.__path__)[0])
+        return Path(next(iter(loaded.__path__)))
     spec = importlib.util.find_spec(VENDOR_PACKAGE)
     assert spec is not None and spec.submodule_search_locations, (
         f"{VENDOR_PACKAGE} is not installed: pip install --no-deps {VENDOR_DIST}"

@@ -1,0 +1,264 @@
+"""The flow model's configuration: a vendor ``flow.yaml`` read safely into frozen dataclasses.
+
+The checkpoint folder describes its flow model in hyperpyyaml syntax: ``!new:<dotted.Class>`` tags
+build objects, ``!name:`` tags name callables, ``!apply:`` tags call functions and ``!ref <key>``
+points at another value of the same file. We never execute any of that. A ``yaml.SafeLoader``
+subclass turns every tagged node into an inert :class:`Tagged` record (tag kind, dotted target,
+arguments), resolves plain ``!ref <dotted.key>`` references, and :func:`flow_config_from_yaml` then
+reads the four records we know (flow, encoder, CFM, DiT) into dataclasses, refusing with a
+:class:`CheckpointError` every value our implementation does not reproduce.
+
+The dataclass defaults are the released MiniCPM-o 4.5 / Step-Audio2 values (FACTS.md), which the
+random build uses when no checkpoint folder is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class CheckpointError(ValueError):
+    """A Token2Wav checkpoint folder, file, key, shape or config value we cannot load."""
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """An inert hyperpyyaml object node: ``kind`` is ``new``, ``name`` or ``apply``."""
+
+    kind: str
+    target: str
+    args: Any
+
+
+@dataclass(frozen=True)
+class _Ref:
+    path: str
+
+
+FLOW_TAG = "cosyvoice2.flow.flow.CausalMaskedDiffWithXvec"
+ENCODER_TAG = "cosyvoice2.transformer.upsample_encoder_v2.UpsampleConformerEncoderV2"
+CFM_TAG = "cosyvoice2.flow.flow_matching.CausalConditionalCFM"
+DIT_TAG = "cosyvoice2.flow.decoder_dit.DiT"
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """``UpsampleConformerEncoderV2`` arguments that change the computation.
+
+    Dropout rates are accepted and ignored: we only run inference (dropout is the identity).
+    """
+
+    input_size: int = 512
+    output_size: int = 512
+    pre_lookahead_len: int = 3
+    num_blocks: int = 6
+    num_up_blocks: int = 4
+    up_stride: int = 2
+    up_scale_factor: float = 2.0
+    attention_heads: int = 8
+    key_bias: bool = True
+    linear_units: int = 2048
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """``DiT`` estimator arguments (``in_channels`` = x ‖ mu ‖ spk ‖ cond = 4 × 80)."""
+
+    in_channels: int = 320
+    out_channels: int = 80
+    mlp_ratio: float = 4.0
+    depth: int = 16
+    num_heads: int = 8
+    head_dim: int = 64
+    hidden_size: int = 512
+
+
+@dataclass(frozen=True)
+class CFMConfig:
+    """``CausalConditionalCFM`` arguments: classifier-free guidance rate and its estimator."""
+
+    inference_cfg_rate: float = 0.7
+    estimator: DiTConfig = field(default_factory=DiTConfig)
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """``CausalMaskedDiffWithXvec`` arguments with its encoder and decoder."""
+
+    input_size: int = 512
+    output_size: int = 80
+    spk_embed_dim: int = 192
+    vocab_size: int = 6561
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: CFMConfig = field(default_factory=CFMConfig)
+
+
+# Values the code implements and nothing else: key -> the only accepted value.
+_ENCODER_FIXED: dict[str, Any] = {
+    "input_layer": "linear",
+    "pos_enc_layer_type": "rel_pos_espnet",
+    "selfattention_layer_type": "rel_selfattn",
+    "normalize_before": True,
+    "activation_type": "swish",
+}
+_ENCODER_IGNORED = ("dropout_rate", "positional_dropout_rate", "attention_dropout_rate")
+_FLOW_FIXED: dict[str, Any] = {"output_type": "mel"}
+
+
+class _FlowYamlLoader(yaml.SafeLoader):
+    """SafeLoader that reads hyperpyyaml tags as data and never imports or calls anything."""
+
+
+def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tagged:
+    kind, target = node.tag[1:].split(":", 1)
+    args: Any
+    if isinstance(node, yaml.MappingNode):
+        args = loader.construct_mapping(node, deep=True)
+    elif isinstance(node, yaml.SequenceNode):
+        args = loader.construct_sequence(node, deep=True)
+    else:
+        args = loader.construct_scalar(node) or None  # type: ignore[arg-type]
+    return Tagged(kind, target, args)
+
+
+def _construct_ref(loader: yaml.SafeLoader, node: yaml.Node) -> _Ref:
+    text = str(loader.construct_scalar(node)).strip()  # type: ignore[arg-type]
+    match = re.fullmatch(r"<([\w.]+)>", text)
+    if match is None:
+        raise CheckpointError(
+            f"flow.yaml: `!ref {text}` is not supported; only plain references `!ref <key>` "
+            "(no arithmetic or string formatting) are read"
+        )
+    return _Ref(match.group(1))
+
+
+for _kind in ("new", "name", "apply"):
+    _FlowYamlLoader.add_multi_constructor(f"!{_kind}:", _construct_tagged)
+_FlowYamlLoader.add_constructor("!ref", _construct_ref)
+
+
+def load_flow_yaml(text: str) -> dict[str, Any]:
+    """Parse hyperpyyaml text into plain data with :class:`Tagged` records, references resolved."""
+    try:
+        root = yaml.load(text, Loader=_FlowYamlLoader)
+    except yaml.YAMLError as error:
+        raise CheckpointError(f"flow.yaml is not valid YAML: {error}") from error
+    if not isinstance(root, dict):
+        raise CheckpointError("flow.yaml must be a mapping with a top-level `flow:` entry")
+    resolved = _resolve(root, root, depth=0)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
+def _resolve(value: Any, root: dict[str, Any], depth: int) -> Any:
+    if depth > 32:
+        raise CheckpointError("flow.yaml: `!ref` references form a cycle; point them at values")
+    if isinstance(value, _Ref):
+        return _resolve(_lookup(root, value.path), root, depth + 1)
+    if isinstance(value, Tagged):
+        return dataclasses.replace(value, args=_resolve(value.args, root, depth))
+    if isinstance(value, dict):
+        return {key: _resolve(item, root, depth) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_resolve(item, root, depth) for item in value]
+    return value
+
+
+def _lookup(root: dict[str, Any], path: str) -> Any:
+    node: Any = root
+    for part in path.split("."):
+        args = node.args if isinstance(node, Tagged) else node
+        if not isinstance(args, dict) or part not in args:
+            raise CheckpointError(f"flow.yaml: `!ref <{path}>` names no value in the file")
+        node = args[part]
+    return node
+
+
+def read_flow_config(path: Path) -> FlowConfig:
+    """Read the ``flow.yaml`` at ``path`` (see :func:`flow_config_from_yaml`)."""
+    return flow_config_from_yaml(path.read_text())
+
+
+def flow_config_from_yaml(text: str) -> FlowConfig:
+    """Turn vendor ``flow.yaml`` text into a :class:`FlowConfig`.
+
+    Only the ``flow`` entry is read (the file may carry other entries: sample rates, mel settings).
+    Raises :class:`CheckpointError` naming the key, the value and what we support for a wrong tag,
+    an unknown key, a missing required key, a value of the wrong type or an unsupported option.
+    """
+    root = load_flow_yaml(text)
+    if "flow" not in root:
+        raise CheckpointError("flow.yaml has no top-level `flow:` entry (the flow model's record)")
+    flow = _fields(root["flow"], "flow", FLOW_TAG)
+    encoder = _fields(flow.pop("encoder", None), "flow.encoder", ENCODER_TAG)
+    decoder = _fields(flow.pop("decoder", None), "flow.decoder", CFM_TAG)
+    estimator = _fields(decoder.pop("estimator", None), "flow.decoder.estimator", DIT_TAG)
+    for key in _ENCODER_IGNORED:
+        encoder.pop(key, None)
+    _check_fixed(encoder, _ENCODER_FIXED, "flow.encoder")
+    _check_fixed(flow, _FLOW_FIXED, "flow")
+    return FlowConfig(
+        **_typed(flow, FlowConfig, "flow", skip=("encoder", "decoder")),
+        encoder=EncoderConfig(**_typed(encoder, EncoderConfig, "flow.encoder")),
+        decoder=CFMConfig(
+            **_typed(decoder, CFMConfig, "flow.decoder", skip=("estimator",)),
+            estimator=DiTConfig(**_typed(estimator, DiTConfig, "flow.decoder.estimator")),
+        ),
+    )
+
+
+def _fields(node: Any, where: str, tag: str) -> dict[str, Any]:
+    if not isinstance(node, Tagged) or node.kind != "new" or node.target != tag:
+        got = f"!{node.kind}:{node.target}" if isinstance(node, Tagged) else repr(node)
+        raise CheckpointError(f"flow.yaml `{where}` is {got}; we support `!new:{tag}` only")
+    if not isinstance(node.args, dict):
+        raise CheckpointError(f"flow.yaml `{where}` must give its arguments as a mapping")
+    return dict(node.args)
+
+
+def _check_fixed(values: dict[str, Any], fixed: dict[str, Any], where: str) -> None:
+    for key, supported in fixed.items():
+        value = values.pop(key, supported)
+        if value != supported:
+            raise CheckpointError(
+                f"flow.yaml `{where}.{key}` = {value!r} is not supported; we support {supported!r}"
+            )
+
+
+def _typed(
+    values: dict[str, Any], schema: type, where: str, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Check ``values`` against ``schema``'s fields: no unknown keys, right scalar types."""
+    known = {f.name: f for f in dataclasses.fields(schema) if f.name not in skip}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise CheckpointError(
+            f"flow.yaml `{where}` has keys we do not implement: {unknown}; "
+            f"we support {sorted(known)}"
+        )
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        default = getattr(schema(), key)
+        out[key] = _coerce(value, type(default), f"{where}.{key}")
+    return out
+
+
+def _coerce(value: Any, kind: type, where: str) -> Any:
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    else:  # float: YAML may write 2 for 2.0
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    if not ok:
+        raise CheckpointError(
+            f"flow.yaml `{where}` = {value!r} is not supported; "
+            f"we support a positive {kind.__name__}"
+        )
+    return kind(value)

@@ -1,0 +1,260 @@
+"""Token2Wav flow benchmark: every arm against eager, interleaved, plus the vendor's own paths.
+
+    python3 bench/token2wav.py OUT_DIR [--chunks 200] [--turn 10] [--prompt-tokens 151]
+
+On one GPU, fp32, seeded random weights at the released sizes, P = 2 × prompt tokens, 28-token
+windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk = the flow's
+``inference_chunk`` plus both cache trims (the vocoder is not in it, as in ANCHORS.md).
+
+- latency: after ``--warm-turns`` turns of warm-up (captures), ``--chunks`` steady chunks in turns
+  of ``--turn`` calls; every call runs eager first, then each arm on the same tokens: host time
+  with synchronize, p50/p95/p99, the paired ratio to eager with a 95% interval, and exactness
+  (``torch.equal`` of every arm's mel against eager's);
+- memory: each arm in its own process (``--memory ARM``): peak allocated / reserved over the whole
+  session after the weights are loaded, the state held before streaming, capture time and bytes;
+  the state-rule arms load the flow without the stock envelope, as they would deploy;
+- the exact-replay floor: the summed GPU time of one eager chunk's kernels (profiler);
+- peers (``bench/token2wav_peers.py``, own process: the vendor import mutates dynamo settings).
+
+Writes ``OUT_DIR/token2wav_<gpu>.json`` in the format bench/README.md describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from adapters.token2wav.binding import call_classes
+from adapters.token2wav.checkpoint import load_token2wav
+from adapters.token2wav.stream import FlowStream
+from bench.env_info import environment
+from engine.arms import ARMS, Arm
+from engine.replay import ReplayEngine
+
+MIB = 2**20
+
+
+def voice(prompt_tokens: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 6561, (1, prompt_tokens), generator=g, dtype=torch.int32)
+    mel = torch.randn(1, 2 * prompt_tokens, 80, generator=g)
+    spk = torch.randn(1, 192, generator=g)
+    return tokens.cuda(), mel.cuda(), spk.cuda()
+
+
+def windows(count: int, seed: int = 2) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randint(0, 6561, (1, 28), generator=g, dtype=torch.int32).cuda() for _ in range(count)
+    ]
+
+
+def make_stream(flow: Any, prompt: tuple, arm: Arm, engine: ReplayEngine) -> FlowStream:
+    tokens, mel, spk = prompt
+    classes = call_classes("minicpmo45", mel.shape[1])
+    return FlowStream(flow, tokens, mel, spk, arm=arm, engine=engine, classes=classes)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    a = np.asarray(ms)
+    return {f"p{q}_ms": round(float(np.percentile(a, q)), 2) for q in (50, 95, 99)}
+
+
+def paired(arm_ms: list[float], eager_ms: list[float]) -> dict[str, float]:
+    """Mean per-call ratio arm/eager − 1 with a normal 95% interval (same calls, same process)."""
+    d = np.asarray(arm_ms) / np.asarray(eager_ms) - 1.0
+    half = 1.96 * float(d.std(ddof=1)) / math.sqrt(len(d))
+    mean = float(d.mean())
+    return {
+        "vs_eager_pct": round(100 * mean, 2),
+        "ci95_pct": [round(100 * (mean - half), 2), round(100 * (mean + half), 2)],
+    }
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    flow, _ = load_token2wav(None, seed=args.seed, device="cuda")
+    prompt = voice(args.prompt_tokens)
+    engines = {arm: ReplayEngine("cuda", enabled=arm.replay) for arm in ARMS}
+    streams = {arm: make_stream(flow, prompt, arm, engines[arm]) for arm in ARMS}
+    stream_tokens = windows(args.warm_turns * args.turn + args.chunks)
+    times: dict[Arm, list[float]] = {arm: [] for arm in ARMS}
+    exact = dict.fromkeys(ARMS, 0)
+    with torch.no_grad():
+        for i, tokens in enumerate(stream_tokens):
+            if i % args.turn == 0:
+                for stream in streams.values():
+                    stream.reset()
+            steady = i >= args.warm_turns * args.turn
+            if i == args.warm_turns * args.turn:
+                for engine in engines.values():
+                    engine.reset_counters()
+            reference = None
+            for arm in ARMS:
+                mel, ms = timed(lambda s=streams[arm], t=tokens: s.chunk(t))
+                reference = mel if arm is Arm.EAGER else reference
+                if steady:
+                    times[arm].append(ms)
+                    exact[arm] += bool(torch.equal(mel, reference))
+    floor_ms = floor(streams[Arm.EAGER], stream_tokens[0])
+    result: dict[str, Any] = {"floor_ms": floor_ms, "arms": {}}
+    for arm in ARMS:
+        total = engines[arm].snapshot()["total"]
+        entry = {**percentiles(times[arm]), "calls": len(times[arm]), "exact_calls": exact[arm]}
+        entry.update(replay_hits=total["hits"], replay_misses=total["misses"])
+        if arm is not Arm.EAGER:
+            entry.update(paired(times[arm], times[Arm.EAGER]))
+        result["arms"][str(arm)] = entry
+    return result
+
+
+def floor(stream: FlowStream, tokens: torch.Tensor) -> float:
+    """Summed GPU time (ms) of the kernels one eager chunk launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    stream.reset()
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        stream.chunk(tokens)
+        torch.cuda.synchronize()
+    # Kernels are attributed to the ops that launched them: their self device times add up to
+    # the chunk's summed kernel time.
+    total_us = sum(e.self_device_time_total for e in prof.key_averages())
+    return round(total_us / 1e3, 2)
+
+
+def memory(arm: Arm, args: argparse.Namespace) -> dict[str, Any]:
+    """One arm alone in this process: peak memory over a session after the weights are loaded."""
+    flow, _ = load_token2wav(None, seed=args.seed, device="cuda", envelope=not arm.state_rule)
+    torch.cuda.synchronize()
+    weights = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    engine = ReplayEngine("cuda", enabled=arm.replay)
+    stream = make_stream(flow, voice(args.prompt_tokens), arm, engine)
+    held = torch.cuda.memory_allocated() - weights
+    with torch.no_grad():
+        for i, tokens in enumerate(windows(args.memory_chunks)):
+            if i % args.turn == 0:
+                stream.reset()
+            stream.chunk(tokens)
+    torch.cuda.synchronize()
+    total = engine.snapshot()["total"]
+    return {
+        "peak_allocated_mib": round(torch.cuda.max_memory_allocated() / MIB, 1),
+        "peak_reserved_mib": round(torch.cuda.max_memory_reserved() / MIB, 1),
+        "weights_mib": round(weights / MIB, 1),
+        "held_before_streaming_mib": round(held / MIB, 1),
+        "capture_s": round(total["capture_s"], 3),
+        "capture_mib": round(total["capture_bytes"] / MIB, 1),
+        "captures": total["captures"],
+    }
+
+
+def run_child(args: list[str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    parsed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return parsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path, nargs="?")
+    parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--turn", type=int, default=10)
+    parser.add_argument("--warm-turns", type=int, default=3)
+    parser.add_argument("--prompt-tokens", type=int, default=151)
+    parser.add_argument("--memory-chunks", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory", type=Arm.parse, help="(child) measure one arm's memory")
+    parser.add_argument("--compile-chunks", type=int, default=13)
+    parser.add_argument("--skip-peers", action="store_true")
+    args = parser.parse_args()
+    torch.backends.cudnn.deterministic = True
+    if args.memory is not None:
+        print(json.dumps(memory(args.memory, args)))
+        return
+    assert args.out is not None, "give OUT_DIR"
+    command = "python3 bench/token2wav.py " + " ".join(sys.argv[1:])
+    result: dict[str, Any] = {**environment(command)}
+    result["operating_point"] = {
+        "prompt_frames": 2 * args.prompt_tokens,
+        "tokens_per_call": 28,
+        "stride_tokens": 25,
+        "n_steps": 10,
+        "retained": 100,
+        "dtype": "float32",
+        "chunks": args.chunks,
+        "turn": args.turn,
+    }
+    gpu = (result.get("gpu") or "gpu").replace("NVIDIA ", "").replace(" ", "_").lower()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"token2wav_{gpu}.json"
+
+    def save(stage: str) -> None:  # after every stage: a later failure keeps what was measured
+        result["completed"] = stage
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"[{time.strftime('%H:%M:%S')}] {stage} done", flush=True)
+
+    result.update(latency(args))
+    save("latency")
+    for arm in ARMS:
+        result["arms"][str(arm)].update(run_child(["--memory", str(arm), *_common(args)]))
+    save("memory")
+    if not args.skip_peers:
+        result["peers"] = run_child_script("bench/token2wav_peers.py", _common(args))
+        save("peers")
+    print(json.dumps(result, indent=2))
+
+
+def _common(args: argparse.Namespace) -> list[str]:
+    return [
+        "--chunks",
+        str(args.chunks),
+        "--turn",
+        str(args.turn),
+        "--prompt-tokens",
+        str(args.prompt_tokens),
+        "--seed",
+        str(args.seed),
+        "--memory-chunks",
+        str(args.memory_chunks),
+        "--warm-turns",
+        str(args.warm_turns),
+    ]
+
+
+def run_child_script(script: str, args: list[str]) -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / script), *args], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr[-3000:]}
+    parsed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return parsed
+
+
+if __name__ == "__main__":
+    main()

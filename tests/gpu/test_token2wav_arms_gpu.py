@@ -1,0 +1,86 @@
+"""On the GPU, at the released sizes: every arm equals eager bit for bit on every call.
+
+Full-size flow (seeded random weights, fp32), 10 solver steps; the default voice (P = 302) and a
+second voice (P = 250) with MiniCPM-o's 28-token windows, and Lychee-FD's 13-token windows; turn
+resets, flushes and last chunks included. Replay arms must replay every steady call after warm-up.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adapters.token2wav.binding import call_classes
+from adapters.token2wav.checkpoint import load_token2wav
+from adapters.token2wav.stream import FlowStream
+from engine.arms import ARMS, Arm
+from engine.replay import ReplayEngine
+from tests.gpu_results import record
+from tests.token2wav_small import random_voice, token_calls
+
+pytestmark = pytest.mark.gpu
+
+MINICPM = [28] * 6 + [13, "last:4", "reset"] + [28] * 5 + ["last:10", "reset"] + [28] * 6
+LYCHEE = [13] * 10 + ["last:5", "reset"] + [13] * 8
+
+
+@pytest.fixture(scope="module")
+def flow():
+    torch.backends.cudnn.deterministic = True
+    flow, _ = load_token2wav(None, seed=11, device="cuda")
+    return flow
+
+
+@pytest.mark.parametrize(
+    ("declaration", "prompt_tokens", "pattern"),
+    [("minicpmo45", 151, MINICPM), ("minicpmo45", 125, MINICPM), ("lycheefd", 151, LYCHEE)],
+    ids=["minicpmo45-P302", "minicpmo45-P250", "lycheefd-P302"],
+)
+def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, pattern) -> None:
+    voice = random_voice(prompt_tokens, seed=prompt_tokens, device="cuda")
+    classes = call_classes(declaration, voice.frames)
+    calls = token_calls(pattern, seed=5, device="cuda")
+    eager = FlowStream(
+        flow,
+        voice.tokens,
+        voice.mel,
+        voice.spk,
+        arm=Arm.EAGER,
+        engine=ReplayEngine("cuda", enabled=False),
+        classes=classes,
+    )
+    reference = []
+    for tokens, last in calls:
+        if tokens is None:
+            eager.reset()
+        else:
+            reference.append((eager.chunk(tokens, last), eager.stock_state()))
+    for arm in ARMS[1:]:
+        engine = ReplayEngine("cuda")
+        stream = FlowStream(
+            flow, voice.tokens, voice.mel, voice.spk, arm=arm, engine=engine, classes=classes
+        )
+        exact, outputs = 0, iter(reference)
+        for tokens, last in calls:
+            if tokens is None:
+                stream.reset()
+                continue
+            mel, state = next(outputs)
+            exact += torch.equal(mel, stream.chunk(tokens, last)) and all(
+                torch.equal(state[k], v) for k, v in stream.stock_state().items()
+            )
+        total = engine.snapshot()["total"]
+        record(
+            f"token2wav_arms[{declaration}-P{voice.frames}-{arm}]",
+            calls=len(reference),
+            exact=exact,
+            hits=total["hits"],
+            misses=total["misses"],
+            captures=total["captures"],
+            capture_s=total["capture_s"],
+        )
+        assert exact == len(reference), f"{arm}: {len(reference) - exact} calls differ"
+        if arm.replay:
+            assert total["hits"] > 0 and total["invalidations"] == 0, (arm, total)
+        del stream, engine
+        torch.cuda.empty_cache()

@@ -1,0 +1,73 @@
+"""A small Token2Wav flow for CPU tests: the real architecture at reduced width and depth.
+
+Full size costs seconds per chunk on two CPU cores; these tests are about stream semantics and
+exactness between arms, which do not depend on width. The GPU tests use the released sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from adapters.token2wav.checkpoint import load_token2wav
+from adapters.token2wav.config import CFMConfig, DiTConfig, EncoderConfig, FlowConfig
+from adapters.token2wav.flow import CausalMaskedDiffWithXvec
+
+SMALL = FlowConfig(
+    input_size=128,
+    encoder=EncoderConfig(
+        input_size=128,
+        output_size=128,
+        num_blocks=2,
+        num_up_blocks=2,
+        attention_heads=4,
+        linear_units=256,
+    ),
+    decoder=CFMConfig(estimator=DiTConfig(depth=2, num_heads=2, head_dim=32, hidden_size=128)),
+)
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A seeded random voice prompt: tokens [1, n], mel [1, 2n, 80], x-vector [1, 192]."""
+
+    tokens: Tensor
+    mel: Tensor
+    spk: Tensor
+
+    @property
+    def frames(self) -> int:
+        return self.mel.shape[1]
+
+
+def random_voice(prompt_tokens: int, seed: int, device: str = "cpu", vocab: int = 6561) -> Voice:
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab, (1, prompt_tokens), generator=g, dtype=torch.int32)
+    mel = torch.randn(1, 2 * prompt_tokens, 80, generator=g)
+    spk = torch.randn(1, 192, generator=g)
+    return Voice(tokens.to(device), mel.to(device), spk.to(device))
+
+
+def small_flow(
+    seed: int = 0, device: str = "cpu", config: FlowConfig = SMALL, envelope: bool = True
+) -> CausalMaskedDiffWithXvec:
+    flow, _ = load_token2wav(None, seed=seed, device=device, config=config, envelope=envelope)
+    return flow
+
+
+def token_calls(pattern: list[int | str], seed: int, device: str = "cpu") -> list[tuple]:
+    """Expand a call pattern: an int n is a non-final call of n tokens, ``"last:n"`` a final
+    one, ``"reset"`` a turn reset. Returns ``(tokens [1, n] | None, last_chunk)`` items."""
+    g = torch.Generator().manual_seed(seed)
+    calls: list[tuple] = []
+    for item in pattern:
+        if item == "reset":
+            calls.append((None, False))
+            continue
+        last = isinstance(item, str)
+        n = int(str(item).split(":")[-1])
+        tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32)
+        calls.append((tokens.to(device), last))
+    return calls
