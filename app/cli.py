@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
@@ -73,12 +74,67 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, int]:
     return overrides
 
 
+def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "synth",
+        help="stream speech tokens through Token2Wav under an arm; write a WAV and a trace",
+        description=(
+            "Headless Token2Wav: one 28-token window per second through the flow and the HiFT "
+            "vocoder under the chosen arm. Without --checkpoint the weights are seeded random "
+            "and the audio is not speech."
+        ),
+    )
+    voice = parser.add_mutually_exclusive_group(required=True)
+    voice.add_argument("--voice-frames", type=int, metavar="P", help="a random voice of P frames")
+    voice.add_argument("--prompt-wav", type=Path, metavar="F", help="a voice prompt recording")
+    parser.add_argument("--seconds", type=int, default=10, help="seconds of audio (default 10)")
+    parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
+    parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
+    parser.add_argument("--wav", type=Path, required=True, help="output audio (.wav, 24 kHz)")
+    parser.add_argument("--trace", type=Path, help="output Perfetto trace (.json)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--declaration", default="minicpmo45", help="minicpmo45 or lycheefd")
+    parser.set_defaults(run=_run_synth)
+
+
+def _run_synth(args: argparse.Namespace) -> int:
+    from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
+    from engine.arms import Arm
+
+    if args.prompt_wav is not None:
+        raise _UsageError(
+            "--prompt-wav needs the checkpoint's speech tokenizer and speaker model "
+            "(speech_tokenizer_v2_25hz.onnx, campplus.onnx), which this build does not run yet: "
+            "use --voice-frames P"
+        )
+    try:
+        request = SynthRequest(
+            voice_frames=args.voice_frames,
+            seconds=args.seconds,
+            arm=Arm.parse(args.arm),
+            wav=args.wav,
+            trace=args.trace,
+            checkpoint=args.checkpoint,
+            seed=args.seed,
+            declaration=args.declaration,
+            **({"device": args.device} if args.device else {}),
+        )
+        summary = synthesize(request)
+    except ValueError as error:  # bad request or checkpoint (CheckpointError is a ValueError)
+        print(load_error(error), file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps({"wav": str(args.wav), "trace": str(args.trace), **summary}))
+    return EXIT_OK
+
+
 class _UsageError(Exception):
     """A malformed argument that argparse itself cannot check."""
 
 
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_plan,
+    _add_synth,
 )
 
 

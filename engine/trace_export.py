@@ -152,11 +152,18 @@ def _atomic_write(out: Path, suffix: str, write: Callable[[IO[str]], None]) -> P
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; an export is a normal file
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_chrome_trace(obj: Mapping[str, Any], out: str | os.PathLike[str]) -> Path:

@@ -1,0 +1,167 @@
+"""``duplexcadence synth``: stream speech tokens through Token2Wav under an arm, headless.
+
+One native period is one second: a 28-token window (25 new + 3 lookahead) through the flow, then
+the vocoder; a final call with ``last_chunk=True`` flushes the lookahead. Each period is timed
+(flow and vocoder spans), its replay counters and memory recorded, and appended to a JSONL trace
+flushed every period; at the end the trace is exported to a Perfetto/Chrome JSON and the audio
+written as a 24 kHz WAV. Without ``--checkpoint`` the weights are seeded random: the audio is not
+speech, it proves the pipeline and its cadence.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from adapters.token2wav.binding import DECLARATIONS, call_classes
+from adapters.token2wav.checkpoint import CheckpointError, load_token2wav
+from adapters.token2wav.stream import FlowStream
+from adapters.token2wav.vocoder_stream import VocoderStream
+from engine.arms import Arm
+from engine.metrics import Metrics
+from engine.replay import ReplayEngine
+from engine.trace import TraceWriter, check_trace_path, session_metadata
+from engine.trace_export import export_perfetto
+
+SAMPLE_RATE = 24_000
+STRIDE, LOOKAHEAD, VOCAB = 25, 3, 6561
+
+
+@dataclass(frozen=True)
+class SynthRequest:
+    """What one ``synth`` run does; validated by :func:`check_request` before any work."""
+
+    voice_frames: int
+    seconds: int
+    arm: Arm
+    wav: Path
+    trace: Path | None
+    checkpoint: Path | None = None
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    seed: int = 0
+    declaration: str = "minicpmo45"
+
+
+def check_request(req: SynthRequest) -> None:
+    """Fail before loading anything, with the fix in the message."""
+    if req.voice_frames < 2 * LOOKAHEAD or req.voice_frames % 2:
+        raise ValueError(
+            f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
+            f">= {2 * LOOKAHEAD} (two per prompt token; the default voice has 302)"
+        )
+    if req.seconds < 1:
+        raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")
+    if req.wav.suffix.lower() != ".wav" or not req.wav.parent.is_dir():
+        raise ValueError(f"--wav {req.wav}: give a .wav path in an existing folder")
+    if req.trace is not None:
+        if req.trace.suffix.lower() != ".json":
+            raise ValueError(f"--trace {req.trace}: give a .json path (Perfetto/Chrome trace)")
+        check_trace_path(req.trace.with_suffix(".jsonl"), overwrite=True)
+    if req.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device here; pass --device cpu")
+
+
+def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
+    """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
+    check_request(req)
+    flow, hift = load_token2wav(
+        req.checkpoint, seed=req.seed, device=req.device, envelope=not req.arm.state_rule
+    )
+    voice_tokens, voice_mel, spk = _random_voice(req.voice_frames, req.seed, req.device)
+    engine = ReplayEngine(req.device, enabled=req.arm.replay)
+    classes = call_classes(req.declaration, req.voice_frames)
+    stream = FlowStream(
+        flow, voice_tokens, voice_mel, spk, arm=req.arm, engine=engine, classes=classes
+    )
+    vocoder = VocoderStream(hift)
+    metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
+    writer = _writer(req)
+    pcm: list[np.ndarray] = []
+    worst = total = 0.0
+    tokens = _tokens(req.seconds, req.seed, req.device)
+    calls = [
+        (tokens[:, i * STRIDE : i * STRIDE + STRIDE + LOOKAHEAD], False) for i in range(req.seconds)
+    ] + [(tokens[:, req.seconds * STRIDE :], True)]
+    try:
+        for index, (window, last) in enumerate(calls):
+            metrics.begin_period(replay=engine.snapshot())
+            with torch.no_grad(), metrics.span("flow"):
+                mel = stream.chunk(window, last_chunk=last)
+            with torch.no_grad(), metrics.span("vocoder"):
+                pcm.append(vocoder.push(mel, last_chunk=last).squeeze(0).cpu().numpy())
+            record = metrics.end_period(replay=engine.snapshot(), events=engine.drain_events())
+            worst, total = max(worst, record.processing_s), total + record.processing_s
+            if writer is not None:
+                writer.write(record)
+            if progress:
+                _progress(index + 1, len(calls), record.processing_s)
+    finally:
+        if writer is not None:
+            writer.close()
+    _write_wav(req.wav, np.concatenate(pcm))
+    if req.trace is not None:
+        export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
+    audio_s = sum(len(p) for p in pcm) / SAMPLE_RATE
+    return {"audio_s": audio_s, "mean_period_s": total / len(calls), "max_period_s": worst}
+
+
+def _random_voice(frames: int, seed: int, device: str) -> tuple[Tensor, Tensor, Tensor]:
+    """A seeded random voice prompt: tokens [1, P/2], mel [1, P, 80], x-vector [1, 192]."""
+    g = torch.Generator().manual_seed(seed + 1)
+    tokens = torch.randint(0, VOCAB, (1, frames // 2), generator=g, dtype=torch.int32)
+    mel = torch.randn(1, frames, 80, generator=g)
+    spk = torch.randn(1, 192, generator=g)
+    return tokens.to(device), mel.to(device), spk.to(device)
+
+
+def _tokens(seconds: int, seed: int, device: str) -> Tensor:
+    g = torch.Generator().manual_seed(seed + 2)
+    count = seconds * STRIDE + LOOKAHEAD
+    return torch.randint(0, VOCAB, (1, count), generator=g, dtype=torch.int32).to(device)
+
+
+def _writer(req: SynthRequest) -> TraceWriter | None:
+    if req.trace is None:
+        return None
+    meta = session_metadata(
+        declaration=DECLARATIONS.get(req.declaration, req.declaration),
+        arm=str(req.arm),
+        device=req.device,
+        settings={
+            "voice_frames": req.voice_frames,
+            "seconds": req.seconds,
+            "seed": req.seed,
+            "checkpoint": str(req.checkpoint) if req.checkpoint else None,
+            "weights": "checkpoint" if req.checkpoint else "seeded random (not speech)",
+        },
+    )
+    return TraceWriter(req.trace.with_suffix(".jsonl"), meta, overwrite=True)
+
+
+def _write_wav(path: Path, samples: np.ndarray) -> None:
+    import soundfile
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    soundfile.write(tmp, np.clip(samples, -1.0, 1.0), SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def _progress(done: int, total: int, seconds: float) -> None:
+    width = 30
+    filled = width * done // total
+    bar = "#" * filled + "-" * (width - filled)
+    sys.stderr.write(f"\rsynth [{bar}] {done}/{total} periods, last {seconds * 1e3:.0f} ms")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def load_error(exc: Exception) -> str:
+    """The one-line message ``synth`` prints for a request it cannot serve."""
+    kind = "checkpoint" if isinstance(exc, CheckpointError) else "request"
+    return f"duplexcadence synth: bad {kind}: {exc}"

@@ -1,0 +1,54 @@
+"""``duplexcadence synth``: headless Token2Wav writes a WAV and a Perfetto trace; bad input fails
+early with the fix in the message. Full-size seeded random weights on the CPU, one second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import soundfile
+
+from app.cli import main
+from engine.trace_export import validate_chrome_trace
+
+
+def test_synth_writes_audio_and_a_valid_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wav, trace = tmp_path / "out.wav", tmp_path / "out.json"
+    argv = ["synth", "--voice-frames", "20", "--seconds", "1", "--arm", "SRc", "--device", "cpu"]
+    assert main([*argv, "--wav", str(wav), "--trace", str(trace)]) == 0
+    audio, rate = soundfile.read(wav)
+    assert rate == 24_000 and len(audio) > 24_000 and abs(audio).max() > 0
+    events = json.loads(trace.read_text())
+    validate_chrome_trace(events)
+    assert events["metadata"]["arm"] == "SRc"
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["audio_s"] > 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--voice-frames", "21"], "even number"),
+        (["--voice-frames", "20", "--arm", "XR"], "unknown arm"),
+        (["--voice-frames", "20", "--checkpoint", "/nonexistent"], "does not exist"),
+        (["--prompt-wav", "voice.wav"], "use --voice-frames"),
+    ],
+)
+def test_bad_requests_fail_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    status = main(["synth", *args, "--device", "cpu", "--wav", str(tmp_path / "x.wav")])
+    assert status == 2
+    assert message in capsys.readouterr().err
+
+
+def test_malformed_trace_path_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "missing" / "t.json"
+    argv = ["synth", "--voice-frames", "20", "--device", "cpu", "--wav", str(tmp_path / "x.wav")]
+    assert main([*argv, "--trace", str(trace)]) == 2
+    assert "missing" in capsys.readouterr().err
