@@ -18,10 +18,7 @@ interpreter, started by the parent tests (``*_child`` tests run only there).
 from __future__ import annotations
 
 import os
-import sys
-import types
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
@@ -31,21 +28,12 @@ from adapters.token2wav.config import CFMConfig, DiTConfig, EncoderConfig, FlowC
 from adapters.token2wav.flow import CACHE_KEYS, CausalMaskedDiffWithXvec
 from adapters.token2wav.stock import StockStream
 from adapters.weights import randomize_
-from tests.oracle.vendor import require_vendor, run_isolated, vendor_module
+from tests.oracle.vendor import require_vendor, run_isolated, vendor_flow, vendor_token2wav
 
 CHILD_ENV = "DUPLEXCADENCE_ORACLE_CHILD"
 IN_CHILD = os.environ.get(CHILD_ENV) == "1"
 child_only = pytest.mark.skipif(
     not IN_CHILD, reason="runs in its own interpreter, started by its parent test"
-)
-IMPORT_ONLY = (
-    "s3tokenizer",
-    "torchaudio",
-    "torchaudio.compliance",
-    "torchaudio.compliance.kaldi",
-    "hyperpyyaml",
-    "librosa",
-    "librosa.filters",
 )
 
 # (tokens incl. 3 lookahead, last_chunk): a flush-sized start, steady 28-token windows, flushes
@@ -80,65 +68,13 @@ LONG_TURN = [
 ]
 
 
-def _vendor_flow(ours: Any) -> Any:
-    flow = vendor_module("cosyvoice2.flow.flow")
-    cfm = vendor_module("cosyvoice2.flow.flow_matching")
-    dit = vendor_module("cosyvoice2.flow.decoder_dit")
-    encoder = vendor_module("cosyvoice2.transformer.upsample_encoder_v2")
-    theirs = flow.CausalMaskedDiffWithXvec(
-        input_size=512,
-        output_size=80,
-        spk_embed_dim=192,
-        output_type="mel",
-        vocab_size=6561,
-        encoder=encoder.UpsampleConformerEncoderV2(
-            input_size=512,
-            output_size=512,
-            input_layer="linear",
-            pre_lookahead_len=3,
-            num_blocks=6,
-            num_up_blocks=4,
-            up_stride=2,
-            up_scale_factor=2,
-            attention_heads=8,
-            key_bias=True,
-            linear_units=2048,
-        ),
-        decoder=cfm.CausalConditionalCFM(
-            dit.DiT(
-                in_channels=320,
-                out_channels=80,
-                mlp_ratio=4.0,
-                depth=16,
-                num_heads=8,
-                head_dim=64,
-                hidden_size=512,
-            ),
-            inference_cfg_rate=0.7,
-        ),
-    )
-    theirs.load_state_dict(ours.state_dict(), strict=True)
-    theirs.decoder.rand_noise.copy_(ours.decoder.rand_noise)
-    return theirs.to(ours.encoder_proj.weight.device).eval()
-
-
-def _vendor_token2wav() -> Any:
-    for name in IMPORT_ONLY:
-        sys.modules.setdefault(name, types.ModuleType(name))
-    sys.modules["hyperpyyaml"].load_hyperpyyaml = None  # type: ignore[attr-defined]
-    sys.modules["librosa.filters"].mel = None  # type: ignore[attr-defined]
-    sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]  # type: ignore[attr-defined]
-    sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]  # type: ignore[attr-defined]
-    return vendor_module("token2wav").Token2wav
-
-
 def _stream(
     device: str, prompt_tokens: int, n_timesteps: int, turns: list[list[tuple[int, bool]]]
 ) -> None:
     require_vendor()
     ours_flow, _ = load_token2wav(None, seed=7, device=device)
-    theirs_flow = _vendor_flow(ours_flow)
-    token2wav = _vendor_token2wav()
+    theirs_flow = vendor_flow(ours_flow)
+    token2wav = vendor_token2wav()
     generator = torch.Generator().manual_seed(3)
 
     def tokens(count: int) -> torch.Tensor:
