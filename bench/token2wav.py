@@ -168,12 +168,24 @@ def memory(arm: Arm, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_child(args: list[str]) -> dict[str, Any]:
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """The operating point and stream shape shared by this script, its children and the peers."""
+    parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--turn", type=int, default=10)
+    parser.add_argument("--warm-turns", type=int, default=3)
+    parser.add_argument("--prompt-tokens", type=int, default=151)
+    parser.add_argument("--memory-chunks", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile-chunks", type=int, default=13)
+
+
+def run_child(script: Path, args: list[str]) -> dict[str, Any]:
+    """Run ``script`` in a fresh interpreter; its last stdout line is its JSON result."""
     done = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+        [sys.executable, str(script), *args], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        return {"error": done.stderr[-2000:]}
+        return {"error": done.stderr[-3000:]}
     parsed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return parsed
 
@@ -181,14 +193,8 @@ def run_child(args: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, nargs="?")
-    parser.add_argument("--chunks", type=int, default=200)
-    parser.add_argument("--turn", type=int, default=10)
-    parser.add_argument("--warm-turns", type=int, default=3)
-    parser.add_argument("--prompt-tokens", type=int, default=151)
-    parser.add_argument("--memory-chunks", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_args(parser)
     parser.add_argument("--memory", type=Arm.parse, help="(child) measure one arm's memory")
-    parser.add_argument("--compile-chunks", type=int, default=13)
     parser.add_argument("--skip-peers", action="store_true")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
@@ -220,10 +226,12 @@ def main() -> None:
     result.update(latency(args))
     save("latency")
     for arm in ARMS:
-        result["arms"][str(arm)].update(run_child(["--memory", str(arm), *_common(args)]))
+        child = run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
+        result["arms"][str(arm)].update(child)
     save("memory")
     if not args.skip_peers:
-        result["peers"] = run_child_script("bench/token2wav_peers.py", _common(args))
+        peers = Path(__file__).with_name("token2wav_peers.py")
+        result["peers"] = run_child(peers, _common(args))
         save("peers")
     print(json.dumps(result, indent=2))
 
@@ -243,17 +251,6 @@ def _common(args: argparse.Namespace) -> list[str]:
         "--warm-turns",
         str(args.warm_turns),
     ]
-
-
-def run_child_script(script: str, args: list[str]) -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, str(root / script), *args], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        return {"error": done.stderr[-3000:]}
-    parsed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return parsed
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stock import StockStream
-from bench.token2wav import MIB, percentiles, timed, voice, windows
+from bench.token2wav import MIB, add_common_args, percentiles, timed, voice, windows
 from tests.oracle.vendor import vendor_flow, vendor_token2wav
 
 BUCKET, PADDED = 50, 500
@@ -157,13 +157,7 @@ def guarded(fn: Any, *args: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--chunks", type=int, default=200)
-    parser.add_argument("--turn", type=int, default=10)
-    parser.add_argument("--warm-turns", type=int, default=3)
-    parser.add_argument("--prompt-tokens", type=int, default=151)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--memory-chunks", type=int, default=40)
-    parser.add_argument("--compile-chunks", type=int, default=13)
+    add_common_args(parser)
     parser.add_argument("--out", type=Path, help="also write the peers here after each one")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True

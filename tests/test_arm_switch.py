@@ -9,7 +9,6 @@ counts every admission decision without launching graphs; the ``gpu`` variant re
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,13 +56,7 @@ def stream_state(stream: ToyChunkStream) -> list[torch.Tensor]:
     return stream.caches
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread avoids contention on a loaded 2-core CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_switching_arms_between_calls_stays_exact_on_cpu() -> None:

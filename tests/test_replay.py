@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,13 +23,7 @@ from tests.toy import ToyAttention, ToyConfig, compare_stream, prime, stream_pla
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny tensors: intra-op threads only add barrier waits (seconds on a loaded 2-core box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rand(*shape: int, seed: int = 0) -> Tensor:
