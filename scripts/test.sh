@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-bin="${DUPLEXCADENCE_VENV:-.venv}/bin"
-"$bin/ruff" check .
-"$bin/ruff" format --check .
-"$bin/mypy" engine adapters app
-"$bin/python" -m pytest "$@"
+# Tools run as modules: the venv sees system site-packages, where a tool may already live.
+py="${DUPLEXCADENCE_VENV:-.venv}/bin/python"
+"$py" -m ruff check .
+"$py" -m ruff format --check .
+"$py" -m mypy engine adapters app
+"$py" -m pytest "$@"
