@@ -9,7 +9,7 @@ extent. Nothing else is admitted to replay.
 
 from __future__ import annotations
 
-from adapters.token2wav.stream import CallClass
+from adapters.token2wav.catalogs import CallClass
 from engine.contract import load_declaration
 from engine.plan import make_plan
 
