@@ -1,11 +1,11 @@
 """``duplexcadence synth``: stream speech tokens through Token2Wav under an arm, headless.
 
 One native period is one second: a 28-token window (25 new + 3 lookahead) through the flow, then
-the vocoder; a final call with ``last_chunk=True`` flushes the lookahead. Each period is timed
-(flow and vocoder spans), its replay counters and memory recorded, and appended to a JSONL trace
-flushed every period; at the end the trace is exported to a Perfetto/Chrome JSON and the audio
-written as a 24 kHz WAV. Without ``--checkpoint`` the weights are seeded random: the audio is not
-speech, it proves the pipeline and its cadence.
+the vocoder, both under the arm; a final call with ``last_chunk=True`` flushes the lookahead. Each
+period is timed, its replay counters (flow and vocoder operators) and memory recorded, and
+appended to a JSONL trace flushed every period; at the end the trace is exported to a
+Perfetto/Chrome JSON and the audio written as a 24 kHz WAV. Without ``--checkpoint`` the weights
+are seeded random: the audio is not speech, it proves the pipeline and its cadence.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from torch import Tensor
 
 from adapters.token2wav.binding import DECLARATIONS, call_classes
 from adapters.token2wav.checkpoint import CheckpointError, load_token2wav
+from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.stream import FlowStream
-from adapters.token2wav.vocoder_stream import VocoderStream
 from engine.arms import Arm
 from engine.metrics import Metrics
 from engine.replay import ReplayEngine
@@ -75,10 +75,10 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     voice_tokens, voice_mel, spk = _random_voice(req.voice_frames, req.seed, req.device)
     engine = ReplayEngine(req.device, enabled=req.arm.replay)
     classes = call_classes(req.declaration, req.voice_frames)
-    stream = FlowStream(
+    flow_stream = FlowStream(
         flow, voice_tokens, voice_mel, spk, arm=req.arm, engine=engine, classes=classes
     )
-    vocoder = VocoderStream(hift)
+    stream = SpeechStream(flow_stream, hift, engine)
     metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
     writer = _writer(req)
     pcm: list[np.ndarray] = []
@@ -90,10 +90,8 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     try:
         for index, (window, last) in enumerate(calls):
             metrics.begin_period(replay=engine.snapshot())
-            with torch.no_grad(), metrics.span("flow"):
-                mel = stream.chunk(window, last_chunk=last)
-            with torch.no_grad(), metrics.span("vocoder"):
-                pcm.append(vocoder.push(mel, last_chunk=last).squeeze(0).cpu().numpy())
+            with torch.no_grad(), metrics.span("synthesis"):
+                pcm.append(stream.push(window, last_chunk=last).squeeze(0).cpu().numpy())
             record = metrics.end_period(replay=engine.snapshot(), events=engine.drain_events())
             worst, total = max(worst, record.processing_s), total + record.processing_s
             if writer is not None:
