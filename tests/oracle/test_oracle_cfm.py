@@ -16,7 +16,6 @@ attended extents up to P + 100 + 50.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from torch import Tensor
 from adapters.token2wav.cfm import CausalConditionalCFM
 from adapters.token2wav.dit import DiT
 from adapters.weights import randomize_
-from tests.oracle.vendor import VENDOR_PACKAGE, require_vendor, vendor_module
+from tests.oracle.vendor import require_vendor, vendor_dit, vendor_module
 
 pytestmark = pytest.mark.oracle
 
@@ -35,17 +34,13 @@ State = tuple[Tensor | None, Tensor | None]
 
 
 def build_pair(device: str, envelope_frames: int) -> tuple[CausalConditionalCFM, Any]:
-    if VENDOR_PACKAGE not in sys.modules:  # find_spec fails on the bare package once loaded
-        require_vendor()
-    dit_module = vendor_module("cosyvoice2.flow.decoder_dit")
+    require_vendor()
     cfm_module = vendor_module("cosyvoice2.flow.flow_matching")
     dit = DiT(envelope_frames=envelope_frames)
     randomize_(dit, seed=31)
     generator = torch.Generator().manual_seed(32)
     ours = CausalConditionalCFM(dit, 0.7, generator=generator, envelope_frames=envelope_frames)
-    theirs_dit = dit_module.DiT(320, 80, mlp_ratio=4.0, depth=16, num_heads=8, head_dim=64,
-                                hidden_size=512)  # fmt: skip
-    theirs = cfm_module.CausalConditionalCFM(theirs_dit, inference_cfg_rate=0.7)
+    theirs = cfm_module.CausalConditionalCFM(vendor_dit(), inference_cfg_rate=0.7)
     theirs.load_state_dict(ours.state_dict(), strict=True)
     theirs.rand_noise.copy_(ours.rand_noise)
     return ours.to(device).eval(), theirs.to(device).eval()

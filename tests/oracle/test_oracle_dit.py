@@ -12,7 +12,6 @@ cache and the attended extents before each steady call, P = 302, 352, 402.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ import torch
 
 from adapters.token2wav.dit import DiT
 from adapters.weights import randomize_
-from tests.oracle.vendor import VENDOR_PACKAGE, require_vendor, vendor_module
+from tests.oracle.vendor import require_vendor, vendor_dit
 
 pytestmark = pytest.mark.oracle
 
@@ -29,20 +28,10 @@ FRAMES = 50
 
 def build_pair(device: str) -> tuple[DiT, Any]:
     """Our random full-size DiT and the vendor's, holding our weights."""
-    if VENDOR_PACKAGE not in sys.modules:  # find_spec fails on the bare package once loaded
-        require_vendor()
-    vendor = vendor_module("cosyvoice2.flow.decoder_dit")
+    require_vendor()
     ours = DiT()
     randomize_(ours, seed=21)
-    theirs = vendor.DiT(
-        in_channels=320,
-        out_channels=80,
-        mlp_ratio=4.0,
-        depth=16,
-        num_heads=8,
-        head_dim=64,
-        hidden_size=512,
-    )
+    theirs = vendor_dit()
     theirs.load_state_dict(ours.state_dict(), strict=True)
     return ours.to(device).eval(), theirs.to(device).eval()
 

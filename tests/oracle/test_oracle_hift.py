@@ -15,7 +15,6 @@ the channel counts), except the full-width name/shape check and one short full-w
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -47,10 +46,7 @@ def _pair(
 
 @functools.cache
 def _hifigan() -> ModuleType:
-    # require_vendor's find_spec raises once the bare vendor package is registered (by us or by
-    # another oracle module in this process); registered means installed, so skip the check then.
-    if "stepaudio2" not in sys.modules:
-        require_vendor()
+    require_vendor()
     return vendor_module("flashcosyvoice.modules.hifigan")
 
 

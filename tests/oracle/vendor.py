@@ -68,12 +68,25 @@ IMPORT_ONLY = (
 """Modules ``stepaudio2/token2wav.py`` imports at module level but its cache trims never call."""
 
 
+def vendor_dit() -> Any:
+    """The vendor's ``DiT`` at the released flow.yaml sizes (its class defaults differ)."""
+    dit = vendor_module("cosyvoice2.flow.decoder_dit")
+    return dit.DiT(
+        in_channels=320,
+        out_channels=80,
+        mlp_ratio=4.0,
+        depth=16,
+        num_heads=8,
+        head_dim=64,
+        hidden_size=512,
+    )
+
+
 def vendor_flow(ours: Any) -> Any:
     """The vendor's ``CausalMaskedDiffWithXvec`` at the released sizes, holding ``ours``' weights
     (``strict=True``) and noise buffer, on ``ours``' device, in eval mode."""
     flow = vendor_module("cosyvoice2.flow.flow")
     cfm = vendor_module("cosyvoice2.flow.flow_matching")
-    dit = vendor_module("cosyvoice2.flow.decoder_dit")
     encoder = vendor_module("cosyvoice2.transformer.upsample_encoder_v2")
     theirs = flow.CausalMaskedDiffWithXvec(
         input_size=512,
@@ -94,18 +107,7 @@ def vendor_flow(ours: Any) -> Any:
             key_bias=True,
             linear_units=2048,
         ),
-        decoder=cfm.CausalConditionalCFM(
-            dit.DiT(
-                in_channels=320,
-                out_channels=80,
-                mlp_ratio=4.0,
-                depth=16,
-                num_heads=8,
-                head_dim=64,
-                hidden_size=512,
-            ),
-            inference_cfg_rate=0.7,
-        ),
+        decoder=cfm.CausalConditionalCFM(vendor_dit(), inference_cfg_rate=0.7),
     )
     theirs.load_state_dict(ours.state_dict(), strict=True)
     theirs.decoder.rand_noise.copy_(ours.decoder.rand_noise)
