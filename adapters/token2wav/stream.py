@@ -75,35 +75,17 @@ class FlowStream:
         self.stock: StockStream | None = None
         if cfm.att_cache_buffer.shape[0] > 0:  # the stock envelope exists: stock arms can run
             self.stock = StockStream(
-                flow,
-                prompt_tokens,
-                prompt_mel,
-                spk,
-                n_timesteps=n_steps,
-                max_call_tokens=max_call_tokens,
-            )
+                flow, prompt_tokens, prompt_mel, spk,
+                n_timesteps=n_steps, max_call_tokens=max_call_tokens,
+            )  # fmt: skip
             base_att, base_cnn = (t.clone() for t in envelope_free_state(self.stock.state, n_steps))
             self._prompt_conformer = _conformer(self.stock.state)
         else:  # state rule only: the prompt state is computed straight into its regions
-            cache_dtype, device = prompt_mel.dtype, prompt_mel.device
-            dit = cfm.estimator
-            base_att = torch.empty(
-                (n_steps, *dit.att_cache_shape(CFG_BATCH, self.prompt_frames)),
-                dtype=cache_dtype,
-                device=device,
-            )
-            base_cnn = torch.empty(
-                (n_steps, *dit.cnn_cache_shape(CFG_BATCH)), dtype=cache_dtype, device=device
-            )
-            lookahead = prompt_tokens[:, : self.lookahead]
+            base_att, base_cnn = self._prompt_regions(cfm, prompt_mel)
             with torch.no_grad():
+                tokens = torch.cat([prompt_tokens, prompt_tokens[:, : self.lookahead]], dim=1)
                 self._prompt_conformer = carry_setup(
-                    flow,
-                    spk,
-                    torch.cat([prompt_tokens, lookahead], dim=1),
-                    prompt_mel,
-                    base_att,
-                    base_cnn,
+                    flow, spk, tokens, prompt_mel, base_att, base_cnn
                 )
         capacity = self.prompt_frames + RETAINED_FRAMES + 2 * max_call_tokens
         # NEWEST_FIRST with history = P and prompt = 100: the vendor's cat([H[:P], H[-100:]]).
@@ -123,6 +105,18 @@ class FlowStream:
         self.ops = self._register(classes)
         self.reset()
         self.set_arm(arm)
+
+    def _prompt_regions(
+        self, cfm: CausalConditionalCFM, prompt_mel: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Empty prompt-state regions of ``n_steps`` slots (P frames for the attention caches)."""
+        dit, dtype, device = cfm.estimator, prompt_mel.dtype, prompt_mel.device
+        att_shape = (self.n_steps, *dit.att_cache_shape(CFG_BATCH, self.prompt_frames))
+        att = torch.empty(att_shape, dtype=dtype, device=device)
+        cnn = torch.empty(
+            (self.n_steps, *dit.cnn_cache_shape(CFG_BATCH)), dtype=dtype, device=device
+        )
+        return att, cnn
 
     # -- ArmedStream -------------------------------------------------------------------------
 
