@@ -117,6 +117,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     exact[arm] += bool(torch.equal(mel, reference))
     floor_ms = floor(streams[Arm.EAGER], stream_tokens[0])
     result: dict[str, Any] = {"floor_ms": floor_ms, "arms": {}}
+    if args.profile:
+        result["profile"] = {str(a): op_profile(streams[a], stream_tokens[0]) for a in args.profile}
     for arm in ARMS:
         total = engines[arm].snapshot()["total"]
         entry = {**percentiles(times[arm]), "calls": len(times[arm]), "exact_calls": exact[arm]}
@@ -129,16 +131,42 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
 
 def floor(stream: FlowStream, tokens: torch.Tensor) -> float:
     """Summed GPU time (ms) of the kernels one eager chunk launches."""
-    from torch.profiler import ProfilerActivity, profile
-
-    stream.reset()
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        stream.chunk(tokens)
-        torch.cuda.synchronize()
+    prof = _profiled(stream, tokens, cpu=False)
     # Kernels are attributed to the ops that launched them: their self device times add up to
     # the chunk's summed kernel time.
     total_us = sum(e.self_device_time_total for e in prof.key_averages())
     return round(total_us / 1e3, 2)
+
+
+def op_profile(stream: FlowStream, tokens: torch.Tensor, top: int = 15) -> dict[str, Any]:
+    """Where one chunk of ``stream``'s arm spends host and device time (``--profile``)."""
+    averages = _profiled(stream, tokens, cpu=True).key_averages()
+
+    def rows(key: str) -> list[dict[str, Any]]:
+        ranked = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:top]
+        return [
+            {"op": e.key, "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 3),
+             "self_device_ms": round(e.self_device_time_total / 1e3, 3)}
+            for e in ranked
+        ]  # fmt: skip
+
+    return {
+        "host_ms": round(sum(e.self_cpu_time_total for e in averages) / 1e3, 2),
+        "device_ms": round(sum(e.self_device_time_total for e in averages) / 1e3, 2),
+        "top_host": rows("self_cpu_time_total"),
+        "top_device": rows("self_device_time_total"),
+    }
+
+
+def _profiled(stream: FlowStream, tokens: torch.Tensor, *, cpu: bool) -> Any:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if cpu else [])
+    stream.reset()
+    with torch.no_grad(), profile(activities=activities) as prof:
+        stream.chunk(tokens)
+        torch.cuda.synchronize()
+    return prof
 
 
 def memory(arm: Arm, args: argparse.Namespace) -> dict[str, Any]:
@@ -195,6 +223,11 @@ def main() -> None:
     parser.add_argument("out", type=Path, nargs="?")
     add_common_args(parser)
     parser.add_argument("--memory", type=Arm.parse, help="(child) measure one arm's memory")
+    parser.add_argument(
+        "--profile", type=Arm.parse, nargs="*", default=[],
+        help="arms whose chunk to profile op by op after the latency phase (e.g. eager S)",
+    )  # fmt: skip
+    parser.add_argument("--skip-memory", action="store_true", help="latency (and peers) only")
     parser.add_argument("--skip-peers", action="store_true")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
@@ -225,10 +258,11 @@ def main() -> None:
 
     result.update(latency(args))
     save("latency")
-    for arm in ARMS:
-        child = run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
-        result["arms"][str(arm)].update(child)
-    save("memory")
+    if not args.skip_memory:
+        for arm in ARMS:
+            child = run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
+            result["arms"][str(arm)].update(child)
+        save("memory")
     if not args.skip_peers:
         peers = Path(__file__).with_name("token2wav_peers.py")
         result["peers"] = run_child(peers, _common(args))
