@@ -4,6 +4,10 @@
 #
 #   bench/run_gpu.sh OUT_DIR [pytest args...]
 #
+#   DUPLEXCADENCE_BENCH=tests   only the gpu tests     (about 5 minutes on an H200)
+#   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
+#   DUPLEXCADENCE_BENCH=all     both (the default)
+#
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
 # installed into a private folder first. Nothing here needs the network.
 set -uo pipefail
@@ -22,9 +26,17 @@ export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"
 export PYTHONUNBUFFERED=1
 export DUPLEXCADENCE_GPU_RESULTS="$out/gpu_tests.jsonl"
 
+what="${DUPLEXCADENCE_BENCH:-all}"
+status=0
 python3 bench/env_info.py "bench/run_gpu.sh $out $*" > "$out/env.json"
-python3 -m pytest -m gpu -p no:cacheprovider -q --junitxml="$out/gpu_tests.xml" "$@" 2>&1 \
-    | tee "$out/gpu_tests.log"
-status=${PIPESTATUS[0]}
-python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
+if [[ "$what" == all || "$what" == tests ]]; then
+    python3 -m pytest -m gpu -p no:cacheprovider -q --junitxml="$out/gpu_tests.xml" "$@" 2>&1 \
+        | tee "$out/gpu_tests.log"
+    status=${PIPESTATUS[0]}
+    python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
+fi
+if [[ "$what" == all || "$what" == bench ]]; then
+    python3 bench/token2wav.py "$out" 2>&1 | tee "$out/token2wav.log" | grep -v '^capture'
+    ((PIPESTATUS[0] == 0)) || status=1
+fi
 exit "$status"
