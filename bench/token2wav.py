@@ -7,7 +7,8 @@ windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk
 ``inference_chunk`` plus both cache trims (the vocoder is not in it, as in ANCHORS.md).
 
 - latency: after ``--warm-turns`` turns of warm-up (captures), ``--chunks`` steady chunks in turns
-  of ``--turn`` calls; every call runs eager first, then each arm on the same tokens: host time
+  of ``--turn`` calls; every call runs eager first, then each arm on the same tokens in a shuffled
+  order (results committed before 2026-11-30 06:30 UTC used a fixed order): host time
   with synchronize, p50/p95/p99, the paired ratio to eager with a 95% interval, and exactness
   (``torch.equal`` of every arm's mel against eager's);
 - memory: each arm in its own process (``--memory ARM``): peak allocated / reserved over the whole
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import subprocess
 import sys
 import time
@@ -99,6 +101,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     stream_tokens = windows(args.warm_turns * args.turn + args.chunks)
     times: dict[Arm, list[float]] = {arm: [] for arm in ARMS}
     exact = dict.fromkeys(ARMS, 0)
+    order = random.Random(args.seed)
     with torch.no_grad():
         for i, tokens in enumerate(stream_tokens):
             if i % args.turn == 0:
@@ -108,13 +111,16 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             if i == args.warm_turns * args.turn:
                 for engine in engines.values():
                     engine.reset_counters()
-            reference = None
-            for arm in ARMS:
-                mel, ms = timed(lambda s=streams[arm], t=tokens: s.chunk(t))
-                reference = mel if arm is Arm.EAGER else reference
+            # Eager first (its mel is the reference), the other arms in a fresh random order
+            # every call, so no arm always follows the same neighbour.
+            others = list(ARMS[1:])
+            order.shuffle(others)
+            mels = {}
+            for arm in (Arm.EAGER, *others):
+                mels[arm], ms = timed(lambda s=streams[arm], t=tokens: s.chunk(t))
                 if steady:
                     times[arm].append(ms)
-                    exact[arm] += bool(torch.equal(mel, reference))
+                    exact[arm] += bool(torch.equal(mels[arm], mels[Arm.EAGER]))
     floor_ms = floor(streams[Arm.EAGER], stream_tokens[0])
     result: dict[str, Any] = {"floor_ms": floor_ms, "arms": {}}
     if args.profile:
