@@ -53,7 +53,8 @@ def _norm_device(device: torch.device | str) -> torch.device:
     return dev
 
 
-def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+def contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``, as torch lays it out (size-0/1 dims too)."""
     stride, acc = [], 1
     for size in reversed(shape):
         stride.append(acc)
@@ -90,7 +91,7 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         shape = tuple(int(s) for s in self.shape)
-        stride = _contiguous_stride(shape) if self.stride is None else tuple(self.stride)
+        stride = contiguous_stride(shape) if self.stride is None else tuple(self.stride)
         if len(stride) != len(shape):
             raise ValueError(
                 f"TensorSpec: stride {stride} has {len(stride)} dims for shape {shape}: "

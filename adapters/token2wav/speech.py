@@ -25,7 +25,7 @@ from adapters.token2wav.vocoder_stream import (
 )
 from engine.arms import Arm
 from engine.replay import ReplayEngine
-from engine.signature import Catalog, Signature, TensorSpec
+from engine.signature import Catalog, Signature, TensorSpec, contiguous_stride
 
 
 class SpeechStream:
@@ -94,7 +94,7 @@ class SpeechStream:
     def _catalog(self) -> Catalog:
         """Every vocoder call the flow's classes produce, from and after a stream start."""
         n_mels, dev = self.hift.config.in_channels, self.device
-        frames = {_flow_frames(c.tokens, c.last_chunk) for c in self.flow.classes}
+        frames = {(call_frames(c.tokens, c.last_chunk), c.last_chunk) for c in self.flow.classes}
         sigs = []
         for empty in (True, False):
             tails = (
@@ -112,13 +112,9 @@ def canonical(t: Tensor) -> Tensor:
     """``t`` with contiguous strides, size-1 and size-0 dims included (a copy only if needed):
     the same values in the one layout the catalog lists, so a vocoder signature never depends on
     how a producer happened to lay its output out."""
-    if t.stride() == torch.empty(t.shape, device="meta").stride():
+    if t.stride() == contiguous_stride(t.shape):
         return t
     return t.clone(memory_format=torch.contiguous_format)
-
-
-def _flow_frames(tokens: int, last: bool) -> tuple[int, bool]:
-    return call_frames(tokens, last), last
 
 
 _F32 = torch.float32
