@@ -17,7 +17,15 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0  # already set up for this exact pyproject + script
 fi
 
-apt_packages=()  # filled by later features (PortAudio, PipeWire, Qt runtime libraries, ...)
+apt_packages=(
+    libportaudio2                                     # sounddevice's PortAudio
+    pipewire pipewire-pulse pipewire-alsa wireplumber dbus pulseaudio-utils  # virtual audio (CI)
+    espeak-ng                                         # real speech for the turn-taking tests
+    libegl1 libgl1 libglib2.0-0 libfontconfig1 libfreetype6 libxkbcommon0 libdbus-1-3  # Qt
+    xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1
+    libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1  # Qt under Xvfb
+    desktop-file-utils appstream                      # packaging metadata validators
+)
 if ((${#apt_packages[@]})); then
     missing=()
     for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
