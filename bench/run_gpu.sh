@@ -7,6 +7,7 @@
 #   DUPLEXCADENCE_BENCH=tests   only the gpu tests     (about 5 minutes on an H200)
 #   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
 #   DUPLEXCADENCE_BENCH=all     both (the default)
+#   DUPLEXCADENCE_BENCH_ARGS    extra arguments for bench/token2wav.py (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
 # installed into a private folder first. Nothing here needs the network.
@@ -16,12 +17,15 @@ out="${1:?usage: bench/run_gpu.sh OUT_DIR [pytest args...]}"; shift
 mkdir -p "$out"
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/duplexcadence-site .whl/*.whl; then
-        export PYTHONPATH="/tmp/duplexcadence-site${PYTHONPATH:+:$PYTHONPATH}"
-    else
-        echo "run_gpu.sh: the wheels in .whl/ do not fit this Python; using what is installed" >&2
+    # A wheel is a zip laid out as site-packages: where pip is missing, unpacking it is installing.
+    site=/tmp/duplexcadence-site
+    mkdir -p "$site"
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" .whl/*.whl 2>"$out/wheels.log"; then
+        echo "run_gpu.sh: pip could not install .whl/ (see $out/wheels.log); unpacking instead" >&2
+        for w in .whl/*.whl; do python3 -m zipfile -e "$w" "$site"; done
     fi
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # cuBLAS picks its workspace per stream; a fixed config keeps eager and replay on the same kernels.
@@ -39,7 +43,7 @@ if [[ "$what" == all || "$what" == tests ]]; then
     python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
-    python3 bench/token2wav.py "$out" 2>&1 | tee "$out/token2wav.log" | grep -v '^capture'
+    python3 bench/token2wav.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/token2wav.log" | grep -v '^capture'
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"

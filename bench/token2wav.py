@@ -7,8 +7,8 @@ windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk
 ``inference_chunk`` plus both cache trims (the vocoder is not in it, as in ANCHORS.md).
 
 - latency: after ``--warm-turns`` turns of warm-up (captures), ``--chunks`` steady chunks in turns
-  of ``--turn`` calls; every call runs eager first, then each arm on the same tokens in a shuffled
-  order (results committed before 2026-11-30 06:30 UTC used a fixed order): host time
+  of ``--turn`` calls; every call runs every arm, eager included, on the same tokens in a
+  shuffled order (results before 2026-11-30 06:40 UTC ran eager first): host time
   with synchronize, p50/p95/p99, the paired ratio to eager with a 95% interval, and exactness
   (``torch.equal`` of every arm's mel against eager's);
 - memory: each arm in its own process (``--memory ARM``): peak allocated / reserved over the whole
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +112,18 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             if i == args.warm_turns * args.turn:
                 for engine in engines.values():
                     engine.reset_counters()
-            # Eager first (its mel is the reference), the other arms in a fresh random order
-            # every call, so no arm always follows the same neighbour.
-            others = list(ARMS[1:])
-            order.shuffle(others)
+            # Every arm, eager included, in a fresh random order every call: no arm always
+            # runs first or follows the same neighbour (the host's state after the previous arm
+            # moves a host-bound chunk by a few percent). Eager's mel is the reference.
+            arms = list(ARMS)
+            order.shuffle(arms)
             mels = {}
-            for arm in (Arm.EAGER, *others):
+            for arm in arms:
                 mels[arm], ms = timed(lambda s=streams[arm], t=tokens: s.chunk(t))
                 if steady:
                     times[arm].append(ms)
+            if steady:
+                for arm in ARMS:
                     exact[arm] += bool(torch.equal(mels[arm], mels[Arm.EAGER]))
     floor_ms = floor(streams[Arm.EAGER], stream_tokens[0])
     result: dict[str, Any] = {"floor_ms": floor_ms, "arms": {}}
@@ -235,6 +239,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--skip-memory", action="store_true", help="latency (and peers) only")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--memory-jobs", type=int, default=3, help="memory children at once")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
     if args.memory is not None:
@@ -265,9 +270,14 @@ def main() -> None:
     result.update(latency(args))
     save("latency")
     if not args.skip_memory:
-        for arm in ARMS:
-            child = run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
-            result["arms"][str(arm)].update(child)
+        # One process per arm (peaks are per process); a few at once, after the latency phase,
+        # so they share the GPU only with each other: memory figures do not depend on timing.
+        def child(arm: Arm) -> dict[str, Any]:
+            return run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
+
+        with ThreadPoolExecutor(max_workers=args.memory_jobs) as pool:
+            for arm, measured in zip(ARMS, pool.map(child, ARMS), strict=True):
+                result["arms"][str(arm)].update(measured)
         save("memory")
     if not args.skip_peers:
         peers = Path(__file__).with_name("token2wav_peers.py")
