@@ -6,6 +6,10 @@ period is timed, its replay counters (flow and vocoder operators) and memory rec
 appended to a JSONL trace flushed every period; at the end the trace is exported to a
 Perfetto/Chrome JSON and the audio written as a 24 kHz WAV. Without ``--checkpoint`` the weights
 are seeded random: the audio is not speech, it proves the pipeline and its cadence.
+
+The voice is a seeded random prompt of ``--voice-frames P`` frames, or the voice of a recording
+(``--prompt-wav F``, prepared as the vendor does by :mod:`adapters.token2wav.prompt` with the
+checkpoint's speech tokenizer and speaker model; its length sets P).
 """
 
 from __future__ import annotations
@@ -20,6 +24,15 @@ from torch import Tensor
 
 from adapters.token2wav.binding import DECLARATIONS, call_classes
 from adapters.token2wav.checkpoint import CheckpointError, load_token2wav
+from adapters.token2wav.prompt import (
+    SPEAKER_FILE,
+    TOKENIZER_FILE,
+    PromptError,
+    VoicePrompt,
+    check_prompt_wav,
+    random_voice,
+    voice_from_wav,
+)
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
@@ -34,9 +47,13 @@ STRIDE, LOOKAHEAD, VOCAB = 25, 3, 6561
 
 @dataclass(frozen=True)
 class SynthRequest:
-    """What one ``synth`` run does; validated by :func:`check_request` before any work."""
+    """What one ``synth`` run does; validated by :func:`check_request` before any work.
 
-    voice_frames: int
+    Exactly one of ``voice_frames`` (a seeded random voice) and ``prompt_wav`` (a recording;
+    needs ``checkpoint``) names the voice.
+    """
+
+    voice_frames: int | None
     seconds: int
     arm: Arm
     wav: Path
@@ -45,15 +62,12 @@ class SynthRequest:
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     seed: int = 0
     declaration: str = "minicpmo45"
+    prompt_wav: Path | None = None
 
 
 def check_request(req: SynthRequest) -> None:
     """Fail before loading anything, with the fix in the message."""
-    if req.voice_frames < 2 * LOOKAHEAD or req.voice_frames % 2:
-        raise ValueError(
-            f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
-            f">= {2 * LOOKAHEAD} (two per prompt token; the default voice has 302)"
-        )
+    _check_voice(req)
     if req.seconds < 1:
         raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")
     if req.wav.suffix.lower() != ".wav" or not req.wav.parent.is_dir():
@@ -66,21 +80,49 @@ def check_request(req: SynthRequest) -> None:
         raise ValueError("--device cuda: no CUDA device here; pass --device cpu")
 
 
+def _check_voice(req: SynthRequest) -> None:
+    if (req.voice_frames is None) == (req.prompt_wav is None):
+        raise ValueError("give one voice: --voice-frames P (random) or --prompt-wav F (recording)")
+    if req.prompt_wav is not None:
+        if req.checkpoint is None:
+            raise PromptError(
+                f"--prompt-wav needs --checkpoint DIR: the Token2Wav folder whose {TOKENIZER_FILE} "
+                f"and {SPEAKER_FILE} turn the recording into a voice"
+            )
+        check_prompt_wav(req.prompt_wav)
+        return
+    assert req.voice_frames is not None
+    if req.voice_frames < 2 * LOOKAHEAD or req.voice_frames % 2:
+        raise ValueError(
+            f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
+            f">= {2 * LOOKAHEAD} (two per prompt token; the default voice has 302)"
+        )
+
+
+def load_voice(req: SynthRequest) -> VoicePrompt:
+    """The request's voice on its device: the recording's (vendor preparation) or a random one."""
+    if req.prompt_wav is not None:
+        assert req.checkpoint is not None  # check_request guarantees it
+        return voice_from_wav(req.prompt_wav, req.checkpoint, req.device)
+    assert req.voice_frames is not None
+    return random_voice(req.voice_frames, req.seed, req.device)
+
+
 def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
     check_request(req)
+    voice = load_voice(req)  # before the flow: a bad prompt fails in a second, not after loading
     flow, hift = load_token2wav(
         req.checkpoint, seed=req.seed, device=req.device, envelope=not req.arm.state_rule
     )
-    voice_tokens, voice_mel, spk = _random_voice(req.voice_frames, req.seed, req.device)
     engine = ReplayEngine(req.device, enabled=req.arm.replay)
-    classes = call_classes(req.declaration, req.voice_frames)
+    classes = call_classes(req.declaration, voice.frames)
     flow_stream = FlowStream(
-        flow, voice_tokens, voice_mel, spk, arm=req.arm, engine=engine, classes=classes
+        flow, voice.tokens, voice.mel, voice.spk, arm=req.arm, engine=engine, classes=classes
     )
     stream = SpeechStream(flow_stream, hift, engine)
     metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
-    writer = _writer(req)
+    writer = _writer(req, voice.frames)
     pcm: list[np.ndarray] = []
     worst = total = 0.0
     tokens = _tokens(req.seconds, req.seed, req.device)
@@ -108,22 +150,13 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     return {"audio_s": audio_s, "mean_period_s": total / len(calls), "max_period_s": worst}
 
 
-def _random_voice(frames: int, seed: int, device: str) -> tuple[Tensor, Tensor, Tensor]:
-    """A seeded random voice prompt: tokens [1, P/2], mel [1, P, 80], x-vector [1, 192]."""
-    g = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(0, VOCAB, (1, frames // 2), generator=g, dtype=torch.int32)
-    mel = torch.randn(1, frames, 80, generator=g)
-    spk = torch.randn(1, 192, generator=g)
-    return tokens.to(device), mel.to(device), spk.to(device)
-
-
 def _tokens(seconds: int, seed: int, device: str) -> Tensor:
     g = torch.Generator().manual_seed(seed + 2)
     count = seconds * STRIDE + LOOKAHEAD
     return torch.randint(0, VOCAB, (1, count), generator=g, dtype=torch.int32).to(device)
 
 
-def _writer(req: SynthRequest) -> TraceWriter | None:
+def _writer(req: SynthRequest, voice_frames: int) -> TraceWriter | None:
     if req.trace is None:
         return None
     meta = session_metadata(
@@ -131,7 +164,8 @@ def _writer(req: SynthRequest) -> TraceWriter | None:
         arm=str(req.arm),
         device=req.device,
         settings={
-            "voice_frames": req.voice_frames,
+            "voice_frames": voice_frames,
+            "prompt_wav": str(req.prompt_wav) if req.prompt_wav else None,
             "seconds": req.seconds,
             "seed": req.seed,
             "checkpoint": str(req.checkpoint) if req.checkpoint else None,
@@ -161,5 +195,9 @@ def _progress(done: int, total: int, seconds: float) -> None:
 
 def load_error(exc: Exception) -> str:
     """The one-line message ``synth`` prints for a request it cannot serve."""
-    kind = "checkpoint" if isinstance(exc, CheckpointError) else "request"
+    kind = "request"
+    if isinstance(exc, CheckpointError):
+        kind = "checkpoint"
+    elif isinstance(exc, PromptError):
+        kind = "voice prompt"
     return f"duplexcadence synth: bad {kind}: {exc}"

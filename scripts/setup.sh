@@ -57,4 +57,8 @@ echo "setup: installing duplexcadence and its test tools"
 "${pip[@]}" -e ".[test]"
 # The exactness oracle: the vendor's own modules, without their heavy dependency set.
 "${pip[@]}" --no-deps "minicpmo-utils==1.0.7"
+# The feature oracles read torchaudio's pure-torch kaldi.py and Resample (its native library does
+# not load beside a newer torch): unpacked beside the venv, never imported as a package.
+[[ -f "$venv/oracle/torchaudio/compliance/kaldi.py" ]] ||
+    "${pip[@]}" --no-deps --target "$venv/oracle" "torchaudio==2.11.0"
 echo "$want" > "$stamp"

@@ -34,7 +34,7 @@ def test_synth_writes_audio_and_a_valid_trace(
         (["--voice-frames", "21"], "even number"),
         (["--voice-frames", "20", "--arm", "XR"], "unknown arm"),
         (["--voice-frames", "20", "--checkpoint", "/nonexistent"], "does not exist"),
-        (["--prompt-wav", "voice.wav"], "use --voice-frames"),
+        (["--prompt-wav", "voice.wav"], "--prompt-wav needs --checkpoint"),
     ],
 )
 def test_bad_requests_fail_with_the_fix(
