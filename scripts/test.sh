@@ -10,4 +10,11 @@ py="${DUPLEXCADENCE_VENV:-.venv}/bin/python"
 "$py" -m ruff check .
 "$py" -m ruff format --check .
 "$py" -m mypy engine adapters app
+# Real audio in CI: a private PipeWire with a null sink whose monitor is the virtual microphone.
+if audio_env="$(scripts/virtual_audio.sh)"; then
+    eval "$audio_env"
+    export DUPLEXCADENCE_AUDIO=required  # from here on, audio tests must run, not skip
+else
+    echo "test: no virtual audio device (see the message above): audio tests will skip" >&2
+fi
 "$py" -m pytest "$@"

@@ -1,0 +1,140 @@
+"""DeviceSink: the speaker as a PeriodSink (``app.periods``) fed at the synthesizer's rate.
+
+``write`` runs on the engine thread: one stateful ``soxr.ResampleStream`` converts from
+``rate`` (24 kHz) to the device's own rate and queues the result in the jitter buffer
+(:mod:`app.audio.jitter`: prebuffer, fade-out instead of a click when dry, counted). The
+output callback only copies the next block out of it (and, when echo cancellation is on, into
+a far-end ring for the canceller) and counts underflows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import soxr
+
+from app.audio.devices import AudioError
+from app.audio.jitter import JitterBuffer
+from app.audio.rings import Ring
+from app.audio.stream import DeviceStream
+
+
+class DeviceSink(DeviceStream):
+    """Speaker output of PCM at ``rate`` (default 24 kHz); see the module doc.
+
+    ``prebuffer_s`` of audio is queued before playback (re)starts; ``buffer_s`` is the most that
+    can wait (writes beyond it are dropped and counted as overflows); ``fade_s`` is the fade out
+    when the buffer runs dry and the fade in when playback resumes.
+    """
+
+    kind = "output"
+
+    def __init__(
+        self,
+        device: str | None = None,
+        rate: int = 24000,
+        host_api: str | None = None,
+        prebuffer_s: float = 0.1,
+        *,
+        block_s: float = 0.02,
+        buffer_s: float = 10.0,
+        fade_s: float = 0.005,
+        latency: str | float = "high",
+        lost_after_s: float = 2.0,
+    ) -> None:
+        super().__init__(device, host_api, block_s, latency, lost_after_s)
+        if not 0 <= prebuffer_s < buffer_s:
+            raise ValueError(f"prebuffer_s {prebuffer_s}: give 0 <= prebuffer_s < {buffer_s}")
+        self.in_rate = rate
+        self.prebuffer_s, self.buffer_s, self.fade_s = prebuffer_s, buffer_s, fade_s
+        self.dropped = 0  # samples written while lost or closed (nowhere to play them)
+        self._jitter = JitterBuffer(2, 0, 1)
+        self._block = np.zeros(1, dtype=np.float32)
+        self._resampler: soxr.ResampleStream | None = None
+        self._tap: Ring | None = None  # far-end reference for echo cancellation, device rate
+
+    def _prepare(self, rate: float, block: int) -> None:
+        self._jitter = JitterBuffer(
+            capacity=max(4 * block, round(self.buffer_s * rate)),
+            prebuffer=round(self.prebuffer_s * rate),
+            fade=max(1, round(self.fade_s * rate)),
+        )
+        self._block = np.zeros(4 * block, dtype=np.float32)
+        same = round(rate) == self.in_rate
+        self._resampler = None if same else soxr.ResampleStream(self.in_rate, rate, 1, "float32")
+
+    def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        stats = self.stats
+        stats.blocks += 1
+        if status.output_underflow:
+            stats.underflows += 1
+        if frames > len(self._block):  # larger block than asked for: rare enough to allocate
+            self._block = np.zeros(frames, dtype=np.float32)
+        block = self._block[:frames]
+        self._jitter.pull(block)
+        stats.dry_events = self._jitter.dry_events
+        outdata[:] = block[:, np.newaxis]  # the same signal on every channel
+        tap = self._tap
+        if tap is not None:
+            tap.write(block)  # a full tap drops: the canceller is only behind, never blocks us
+        self._keep_level(block)
+
+    def write(self, pcm: np.ndarray) -> None:
+        """Queue ``pcm`` (float32 mono at ``rate``, shape (n,) or (1, n)). Engine thread.
+
+        Never blocks and never raises for device trouble: on a lost or closed device the
+        samples are dropped (counted in ``dropped``).
+        """
+        samples = np.ascontiguousarray(pcm, dtype=np.float32).reshape(-1)
+        with self._lock:
+            if self._stream is None and not self.stats.lost and not self._closed:
+                raise AudioError("DeviceSink.write before start(): call start() first")
+            self._check_alive()
+            if self._stream is None:
+                self.dropped += len(samples)
+                return
+            resampler = self._resampler
+            converted = samples if resampler is None else resampler.resample_chunk(samples)
+            if self._jitter.push(converted) > 0:
+                self.stats.overflows += 1
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Play out what is queued, the resampler's tail included, waiting up to ``timeout`` s
+        (before close() at the end of a session); True when everything was played."""
+        with self._lock:
+            if self._stream is None:
+                return False
+            if self._resampler is not None:
+                self._jitter.push(self._resampler.resample_chunk(np.zeros(0, np.float32), True))
+                self._resampler.clear()  # ready for more writes after the flush
+        deadline = time.monotonic() + timeout
+        while self._jitter.ring.available > 0 and time.monotonic() < deadline:
+            with self._lock:
+                self._check_alive()
+                if self._stream is None:
+                    return False
+            time.sleep(self.block_s)
+        return self._jitter.ring.available == 0
+
+    def interrupt(self) -> None:
+        """Drop the queued audio, fading out (barge-in: the user spoke over it). Any thread."""
+        self._jitter.request_flush()
+
+    @property
+    def queued_s(self) -> float:
+        """Seconds of audio waiting to be played (the output latency we add). Any thread."""
+        rate = self.stats.rate or 1.0
+        return self._jitter.ring.available / rate
+
+    @property
+    def playing(self) -> bool:
+        """Whether the jitter buffer is playing (not priming, idle or dry). Any thread."""
+        return self._jitter.playing
+
+    def echo_reference(self) -> Ring:
+        """The ring the callback copies every played block into (device rate), created once."""
+        if self._tap is None:
+            self._tap = Ring(max(1, round(2.0 * (self.stats.rate or 48000))))
+        return self._tap

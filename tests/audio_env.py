@@ -1,0 +1,124 @@
+"""The virtual sound card for tests: ``scripts/virtual_audio.sh`` brought up on demand.
+
+Use the ``virtual_audio`` fixture in a test marked ``audio``::
+
+    from tests.audio_env import AudioEnv, virtual_audio  # noqa: F401  (the fixture)
+
+    @pytest.mark.audio
+    def test_realtime(virtual_audio: AudioEnv) -> None:
+        subprocess.run([..., "--input-device", virtual_audio.input_device], env=virtual_audio.env)
+
+It starts (or reuses) the private PipeWire instance with a null sink whose monitor is the
+virtual microphone, points this process's PortAudio at it and re-enumerates devices. Where no
+virtual device can come up the test is skipped, unless ``DUPLEXCADENCE_AUDIO=required`` (CI,
+after the device came up in ``scripts/test.sh``): then it fails, naming what went wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from app.audio import AudioError, find_device, refresh_devices
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "virtual_audio.sh"
+DEVICE = "pipewire"  # the ALSA PCM of pipewire-alsa: follows PIPEWIRE_RUNTIME_DIR, not the desktop
+
+
+@dataclass(frozen=True)
+class AudioEnv:
+    """Where the virtual device lives: ``env`` for subprocesses, device names for the app."""
+
+    env: dict[str, str]  # os.environ plus the script's exports
+    exports: dict[str, str]  # only the script's exports
+    input_device: str = DEVICE
+    output_device: str = DEVICE
+
+
+def audio_required() -> bool:
+    """CI sets DUPLEXCADENCE_AUDIO=required once the device came up: skipping is then a bug."""
+    return os.environ.get("DUPLEXCADENCE_AUDIO", "").lower() == "required"
+
+
+def no_audio(reason: str) -> None:
+    """Skip the test, or fail it where audio is required."""
+    if audio_required():
+        pytest.fail(f"DUPLEXCADENCE_AUDIO=required but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def start_virtual_audio(runtime_dir: Path | None = None, timeout: float = 60.0) -> dict[str, str]:
+    """Run the script (idempotent) and return its exports; RuntimeError with its message."""
+    env = dict(os.environ)
+    if runtime_dir is not None:
+        env["DUPLEXCADENCE_AUDIO_DIR"] = str(runtime_dir)
+    try:
+        done = subprocess.run(
+            [str(SCRIPT)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{SCRIPT.name} did not run: {exc}") from exc
+    if done.returncode != 0:
+        raise RuntimeError(f"{SCRIPT.name} failed: {done.stderr.strip()}")
+    exports: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            key, value = words[1].split("=", 1)
+            exports[key] = value
+    if "PIPEWIRE_RUNTIME_DIR" not in exports:
+        raise RuntimeError(f"{SCRIPT.name} printed no exports: {done.stdout!r}")
+    return exports
+
+
+def stop_virtual_audio(runtime_dir: Path) -> None:
+    """Stop an instance started with ``start_virtual_audio(runtime_dir)``."""
+    env = dict(os.environ, DUPLEXCADENCE_AUDIO_DIR=str(runtime_dir))
+    subprocess.run([str(SCRIPT), "--stop"], env=env, capture_output=True, timeout=60, check=False)
+
+
+def ensure_virtual_audio() -> AudioEnv:
+    """Bring the device up and make this process's PortAudio see it; skip/fail when it cannot."""
+    problem = ""
+    try:
+        exports = start_virtual_audio()
+    except RuntimeError as exc:
+        exports, problem = {}, f"no virtual audio device: {exc}"
+    if exports:
+        # Only what the ALSA plugin reads: the rest of this process keeps its own session.
+        os.environ["PIPEWIRE_RUNTIME_DIR"] = exports["PIPEWIRE_RUNTIME_DIR"]
+        refresh_devices()
+        try:
+            find_device(DEVICE, "input")
+            find_device(DEVICE, "output")
+        except AudioError as exc:
+            problem = f"the virtual device is up but PortAudio does not see it: {exc}"
+    if problem:
+        no_audio(problem)
+    return AudioEnv(env={**os.environ, **exports}, exports=exports)
+
+
+def play_to_mic(wav: Path, audio: AudioEnv) -> subprocess.Popen[bytes]:
+    """Start playing ``wav`` into the virtual sink, so the virtual microphone hears it (a user
+    speaking); returns the running ``pw-play`` (wait() on it, or terminate() it). It mixes
+    with whatever the app plays there: the sink's monitor carries both, like a room."""
+    sink = audio.exports.get("DUPLEXCADENCE_AUDIO_SINK", "duplexcadence")
+    return subprocess.Popen(
+        ["pw-play", "--target", sink, str(wav)],
+        env=audio.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="session")
+def virtual_audio() -> Iterator[AudioEnv]:
+    """The virtual sound card (see the module doc); left running for the next session."""
+    yield ensure_virtual_audio()

@@ -1,0 +1,101 @@
+"""Choosing devices by name and host API, and the errors that name the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from app.audio import AudioError, DeviceInfo, DeviceSink, DeviceSource, match_device
+from app.audio.echo import INSTALL_HINT, _webrtc, echo_available
+
+MIC = DeviceInfo("USB Headset Mic", "ALSA", 0, 1, 0, 48000.0)
+HEADSET = DeviceInfo("USB Headset", "ALSA", 1, 1, 2, 48000.0)
+SPEAKERS = DeviceInfo("Speakers (Realtek)", "PulseAudio", 2, 0, 2, 44100.0)
+PIPEWIRE = DeviceInfo("pipewire", "ALSA", 3, 64, 64, 44100.0)
+JACK = DeviceInfo("system", "JACK Audio Connection Kit", 4, 2, 2, 48000.0)
+ALL = [MIC, HEADSET, SPEAKERS, PIPEWIRE, JACK]
+
+
+def test_a_name_substring_chooses_case_insensitively_in_portaudio_order() -> None:
+    assert match_device(ALL, "headset", "input") is MIC
+    assert match_device(ALL, "headset", "output") is HEADSET  # the mic has no output
+    assert match_device(ALL, "realtek", "output") is SPEAKERS
+
+
+def test_an_exact_name_wins_over_earlier_substring_matches() -> None:
+    assert match_device(ALL, "usb headset", "input") is HEADSET
+
+
+def test_the_host_api_narrows_the_choice() -> None:
+    assert match_device(ALL, None, "input", host_api="jack") is JACK
+    assert match_device(ALL, "s", "output", host_api="pulse") is SPEAKERS
+    with pytest.raises(AudioError, match="on host API 'JACK'"):
+        match_device(ALL, "headset", "input", host_api="JACK")
+
+
+def test_no_name_takes_the_default_or_the_first_usable() -> None:
+    assert match_device(ALL, None, "output", default=3) is PIPEWIRE
+    assert match_device(ALL, None, "output", default=0) is HEADSET  # 0 has no output
+
+
+def test_no_match_names_every_available_device_and_the_flag() -> None:
+    with pytest.raises(AudioError) as info:
+        match_device(ALL, "bluetooth", "output")
+    message = str(info.value)
+    for name in ("USB Headset", "Speakers (Realtek)", "pipewire", "system"):
+        assert f"'{name}'" in message
+    assert "USB Headset Mic" not in message  # not an output device
+    assert "--output-device" in message
+
+
+def test_no_device_at_all_says_how_to_get_one() -> None:
+    with pytest.raises(AudioError) as info:
+        match_device([SPEAKERS], None, "input")
+    message = str(info.value)
+    assert "no audio input device found" in message
+    assert "--input-device" in message and "scripts/virtual_audio.sh" in message
+    with pytest.raises(AudioError, match="host APIs with output devices: PulseAudio"):
+        match_device([SPEAKERS], None, "output", host_api="ALSA")
+
+
+def test_importing_the_package_loads_no_portaudio() -> None:
+    """Importable without a sound card or libportaudio2: PortAudio loads on first device use."""
+    code = (
+        "import sys, app.audio\n"
+        "from app.audio import DeviceSource, DeviceSink\n"
+        "DeviceSource(None); DeviceSink(None)\n"
+        "sys.exit(1 if 'sounddevice' in sys.modules else 0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_echo_cancellation_absent_names_the_package() -> None:
+    if echo_available():
+        pytest.skip("pywebrtc-audio is installed here; the absent case cannot be shown")
+    with pytest.raises(AudioError) as info:
+        _webrtc()
+    assert "pip install pywebrtc-audio" in str(info.value)
+    assert "pip install pywebrtc-audio" in INSTALL_HINT
+
+
+def test_constructor_arguments_are_checked_early() -> None:
+    with pytest.raises(ValueError, match="block_s"):
+        DeviceSource(None, block_s=0)
+    with pytest.raises(ValueError, match="prebuffer_s"):
+        DeviceSink(None, prebuffer_s=20.0)
+
+
+def test_using_a_stream_before_start_says_so_and_after_close_ends_quietly() -> None:
+    source, sink = DeviceSource(None), DeviceSink(None)
+    with pytest.raises(AudioError, match=r"call start\(\) first"):
+        source.read_period(160)
+    with pytest.raises(AudioError, match=r"call start\(\) first"):
+        sink.write(np.zeros(240, np.float32))
+    source.close()
+    sink.close()
+    assert source.read_period(160) is None  # the PeriodSource way of saying: input ended
+    sink.write(np.zeros(240, np.float32))
+    assert sink.dropped == 240
