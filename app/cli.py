@@ -86,7 +86,12 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     voice = parser.add_mutually_exclusive_group(required=True)
     voice.add_argument("--voice-frames", type=int, metavar="P", help="a random voice of P frames")
-    voice.add_argument("--prompt-wav", type=Path, metavar="F", help="a voice prompt recording")
+    voice.add_argument(
+        "--prompt-wav",
+        type=Path,
+        metavar="F",
+        help="the voice of a recording (1 to 16.88 s; needs --checkpoint with its ONNX models)",
+    )
     parser.add_argument("--seconds", type=int, default=10, help="seconds of audio (default 10)")
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
     parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
@@ -102,15 +107,10 @@ def _run_synth(args: argparse.Namespace) -> int:
     from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
     from engine.arms import Arm
 
-    if args.prompt_wav is not None:
-        raise _UsageError(
-            "--prompt-wav needs the checkpoint's speech tokenizer and speaker model "
-            "(speech_tokenizer_v2_25hz.onnx, campplus.onnx), which this build does not run yet: "
-            "use --voice-frames P"
-        )
     try:
         request = SynthRequest(
             voice_frames=args.voice_frames,
+            prompt_wav=args.prompt_wav,
             seconds=args.seconds,
             arm=Arm.parse(args.arm),
             wav=args.wav,
@@ -121,11 +121,84 @@ def _run_synth(args: argparse.Namespace) -> int:
             **({"device": args.device} if args.device else {}),
         )
         summary = synthesize(request)
-    except ValueError as error:  # bad request or checkpoint (CheckpointError is a ValueError)
+    except ValueError as error:  # bad request, checkpoint or voice prompt (all ValueErrors)
         print(load_error(error), file=sys.stderr)
         return EXIT_USAGE
     print(json.dumps({"wav": str(args.wav), "trace": str(args.trace), **summary}))
     return EXIT_OK
+
+
+def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "converse",
+        help="run the full-duplex conversation loop headless, on WAV files or audio devices",
+        description=(
+            "The app's conversation loop without a window: one native period at a time from "
+            "--input (or the input device) to --output (or the output device), a trace per "
+            "period. Simulated clock on files unless --realtime. Without --checkpoint the "
+            "weights are seeded random and the assistant's audio is not speech."
+        ),
+    )
+    parser.add_argument("--headless", action="store_true", help="no window (required for now)")
+    parser.add_argument("--input", type=Path, metavar="WAV", help="the user's side (any rate)")
+    parser.add_argument("--output", type=Path, metavar="WAV", help="the assistant (24 kHz)")
+    parser.add_argument("--trace", type=Path, metavar="JSON", help="Perfetto trace (.json)")
+    parser.add_argument("--arm", help="eager, S, R, Rc, SR or SRc (default: settings, SRc)")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), help="compute device")
+    parser.add_argument("--model-size", choices=("auto", "full", "small"), help="Token2Wav size")
+    parser.add_argument("--family", choices=("minicpmo45", "lycheefd"), help="declaration")
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="a token2wav folder")
+    parser.add_argument("--realtime", action="store_true", help="pace file input to the clock")
+    parser.add_argument("--input-device", metavar="NAME", help="microphone instead of --input")
+    parser.add_argument("--output-device", metavar="NAME", help="speaker instead of --output")
+    parser.add_argument("--host-api", metavar="NAME", help="audio host API (ALSA, JACK, ...)")
+    parser.add_argument("--record-audio", type=Path, metavar="DIR", help="mic + assistant WAVs")
+    parser.add_argument("--seconds", type=int, metavar="N", help="run exactly N periods")
+    parser.add_argument("--seed", type=int, help="seed of weights, voice and backbone")
+    parser.add_argument("--settings", type=Path, metavar="YAML", help="settings file to start from")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--verbose", action="store_true", help="log replay decisions on stderr")
+    parser.set_defaults(run=_run_converse)
+
+
+def _run_converse(args: argparse.Namespace) -> int:
+    if not args.headless:
+        raise _UsageError(
+            "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
+        )
+    from adapters.token2wav.config import CheckpointError
+    from app.converse import converse, request_from_args
+    from app.settings import SettingsError
+
+    try:
+        summary = converse(request_from_args(args))
+    except (ValueError, OSError) as error:  # ConverseError, SettingsError, CheckpointError, ...
+        kind = "request"
+        if isinstance(error, SettingsError | CheckpointError):
+            kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
+        print(f"duplexcadence converse: bad {kind}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as error:  # app.audio.AudioError (no device, device lost at start)
+        print(f"duplexcadence converse: audio: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    subparsers.add_parser(
+        "gui",
+        help="open the desktop app: converse, switch arms live, watch cadence, export",
+        description="The desktop app; `duplexcadence gui --help` lists its options.",
+        add_help=False,
+    )  # main() hands everything after `gui` to app.gui.launch, which parses it
+
+
+def _run_gui(argv: list[str]) -> int:
+    from app.gui.launch import run  # Qt only when the window opens
+
+    status: int = run(argv)
+    return status
 
 
 class _UsageError(Exception):
@@ -135,6 +208,8 @@ class _UsageError(Exception):
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_plan,
     _add_synth,
+    _add_converse,
+    _add_gui,
 )
 
 
@@ -152,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``duplexcadence`` console script; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gui"]:
+        return _run_gui(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         status: int = args.run(args)

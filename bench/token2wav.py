@@ -97,11 +97,11 @@ def paired(arm_ms: list[float], eager_ms: list[float]) -> dict[str, float]:
 def latency(args: argparse.Namespace) -> dict[str, Any]:
     flow, _ = load_token2wav(None, seed=args.seed, device="cuda")
     prompt = voice(args.prompt_tokens)
-    engines = {arm: ReplayEngine("cuda", enabled=arm.replay) for arm in ARMS}
-    streams = {arm: make_stream(flow, prompt, arm, engines[arm]) for arm in ARMS}
+    engines = {arm: ReplayEngine("cuda", enabled=arm.replay) for arm in args.arms}
+    streams = {arm: make_stream(flow, prompt, arm, engines[arm]) for arm in args.arms}
     stream_tokens = windows(args.warm_turns * args.turn + args.chunks)
-    times: dict[Arm, list[float]] = {arm: [] for arm in ARMS}
-    exact = dict.fromkeys(ARMS, 0)
+    times: dict[Arm, list[float]] = {arm: [] for arm in args.arms}
+    exact = dict.fromkeys(args.arms, 0)
     order = random.Random(args.seed)
     with torch.no_grad():
         for i, tokens in enumerate(stream_tokens):
@@ -115,7 +115,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
             # Every arm, eager included, in a fresh random order every call: no arm always
             # runs first or follows the same neighbour (the host's state after the previous arm
             # moves a host-bound chunk by a few percent). Eager's mel is the reference.
-            arms = list(ARMS)
+            arms = list(args.arms)
             order.shuffle(arms)
             mels = {}
             for arm in arms:
@@ -123,13 +123,13 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                 if steady:
                     times[arm].append(ms)
             if steady:
-                for arm in ARMS:
+                for arm in args.arms:
                     exact[arm] += bool(torch.equal(mels[arm], mels[Arm.EAGER]))
     floor_ms = floor(streams[Arm.EAGER], stream_tokens[0])
     result: dict[str, Any] = {"floor_ms": floor_ms, "arms": {}}
     if args.profile:
         result["profile"] = {str(a): op_profile(streams[a], stream_tokens[0]) for a in args.profile}
-    for arm in ARMS:
+    for arm in args.arms:
         total = engines[arm].snapshot()["total"]
         entry = {**percentiles(times[arm]), "calls": len(times[arm]), "exact_calls": exact[arm]}
         entry.update(replay_hits=total["hits"], replay_misses=total["misses"])
@@ -239,9 +239,14 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--skip-memory", action="store_true", help="latency (and peers) only")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument(
+        "--arms", type=Arm.parse, nargs="+", default=list(ARMS),
+        help="arms to measure (eager is always included: it is the reference)",
+    )  # fmt: skip
     parser.add_argument("--memory-jobs", type=int, default=3, help="memory children at once")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
+    args.arms = [Arm.EAGER, *(a for a in dict.fromkeys(args.arms) if a is not Arm.EAGER)]
     if args.memory is not None:
         print(json.dumps(memory(args.memory, args)))
         return
@@ -276,7 +281,7 @@ def main() -> None:
             return run_child(Path(__file__), ["--memory", str(arm), *_common(args)])
 
         with ThreadPoolExecutor(max_workers=args.memory_jobs) as pool:
-            for arm, measured in zip(ARMS, pool.map(child, ARMS), strict=True):
+            for arm, measured in zip(args.arms, pool.map(child, args.arms), strict=True):
                 result["arms"][str(arm)].update(measured)
         save("memory")
     if not args.skip_peers:

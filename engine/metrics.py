@@ -84,7 +84,8 @@ class PeriodRecord:
     ``replay`` is the DELTA of the replay engine's counters over the period (``replay_delta``);
     ``memory`` holds byte counts (GPU allocated/reserved/peak, or the process resident set on
     CPU); ``spans`` and ``events`` are plain dicts with
-    session-relative ``start_us`` / ``ts_us``.
+    session-relative ``start_us`` / ``ts_us``. ``loop`` holds what the conversation loop did in
+    the period (``engine.duplex``: phase, voice probability, synthesis calls); empty elsewhere.
     """
 
     index: int
@@ -98,6 +99,7 @@ class PeriodRecord:
     memory: dict[str, int] = field(default_factory=dict)
     spans: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    loop: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

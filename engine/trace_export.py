@@ -189,11 +189,14 @@ def _flat(prefix: str, data: Mapping[str, Any]) -> dict[str, Any]:
 
 def csv_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One flat row per period: scalars, replay totals (``misses.<reason>``), ``memory.*``,
-    ``op_ms.<name>`` (summed over calls) and ``op_calls.<name>``; spans/events are counted."""
+    ``op_ms.<name>`` (summed over calls), ``op_calls.<name>`` and the loop's scalars
+    (``loop.phase``, ...); spans/events are counted."""
     rows = []
     for record in records:
         row = {k: v for k, v in record.items() if not isinstance(v, Mapping | list)}
         row.update(replay_totals(record.get("replay", {})))
+        loop = record.get("loop", {})
+        row.update({f"loop.{k}": v for k, v in loop.items() if not isinstance(v, Mapping | list)})
         row.update(_flat("memory.", record.get("memory", {})))
         for span in record.get("spans", []):
             name = span["name"]

@@ -12,21 +12,10 @@ import torch
 from torch import Tensor
 
 from adapters.token2wav.checkpoint import load_token2wav
-from adapters.token2wav.config import CFMConfig, DiTConfig, EncoderConfig, FlowConfig
+from adapters.token2wav.config import SMALL_FLOW, FlowConfig
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec
 
-SMALL = FlowConfig(
-    input_size=128,
-    encoder=EncoderConfig(
-        input_size=128,
-        output_size=128,
-        num_blocks=2,
-        num_up_blocks=2,
-        attention_heads=4,
-        linear_units=256,
-    ),
-    decoder=CFMConfig(estimator=DiTConfig(depth=2, num_heads=2, head_dim=32, hidden_size=128)),
-)
+SMALL = SMALL_FLOW  # the app's ``small`` model size (adapters.token2wav.config)
 
 
 @dataclass(frozen=True)

@@ -262,3 +262,20 @@ def _coerce(value: Any, kind: type, where: str) -> Any:
             f"we support a positive {kind.__name__}"
         )
     return kind(value)
+
+
+SMALL_FLOW = FlowConfig(
+    input_size=128,
+    encoder=EncoderConfig(
+        input_size=128,
+        output_size=128,
+        num_blocks=2,
+        num_up_blocks=2,
+        attention_heads=4,
+        linear_units=256,
+    ),
+    decoder=CFMConfig(estimator=DiTConfig(depth=2, num_heads=2, head_dim=32, hidden_size=128)),
+)
+"""The real flow architecture at reduced width and depth (the ``small`` model size): the same
+stream semantics, calls and caches at a cost two CPU cores keep up with in real time. Its
+weights are always seeded random (no checkpoint has this shape)."""

@@ -11,6 +11,9 @@ they keep the stock form (fresh tensors) in every arm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 from torch import Tensor
 
@@ -40,6 +43,12 @@ class SpeechStream:
         self.op = engine.register(
             "hift_chunk", self._vocode, catalog=self._catalog(), aliased=(), copy_out=True
         )
+        self._stage: Callable[[str], AbstractContextManager[None]] = _untimed
+
+    def set_stage_timer(self, span: Callable[[str], AbstractContextManager[None]] | None) -> None:
+        """Time the ``flow`` and ``vocoder`` stages of each push with ``span(name)`` (e.g.
+        ``Metrics.span``), or stop timing with None. Timing never changes what is computed."""
+        self._stage = span if span is not None else _untimed
 
     @property
     def arm(self) -> Arm:
@@ -56,10 +65,17 @@ class SpeechStream:
 
     def push(self, tokens: Tensor, last_chunk: bool = False) -> Tensor:
         """Synthesize one token window: the flow's mel, then the vocoder under the arm."""
-        mel = canonical(self.flow.chunk(tokens, last_chunk))
+        with self._stage("flow"):
+            mel = canonical(self.flow.chunk(tokens, last_chunk))
         state = self.state
+        # Switch the iSTFT here, never inside ``_run``: ``set_istft`` checks its window on the
+        # host, which a CUDA capture of the vocoder (after a live switch) cannot contain.
+        mode: IstftMode = "capturable" if self.arm.replay else "torch"
+        if self.hift.istft_mode != mode:
+            self.hift.set_istft(mode)
         vocode = self.op if self.arm.replay else self._vocode_stock
-        speech, *tails = vocode(state.mel, state.source, state.speech, mel, last_chunk)
+        with self._stage("vocoder"):
+            speech, *tails = vocode(state.mel, state.source, state.speech, mel, last_chunk)
         self.state = VocoderState(*(canonical(t) for t in tails))
         speech_out: Tensor = speech
         return speech_out
@@ -115,6 +131,10 @@ def canonical(t: Tensor) -> Tensor:
     if t.stride() == contiguous_stride(t.shape):
         return t
     return t.clone(memory_format=torch.contiguous_format)
+
+
+def _untimed(name: str) -> AbstractContextManager[None]:
+    return nullcontext()
 
 
 _F32 = torch.float32

@@ -1,0 +1,332 @@
+"""``duplexcadence converse --headless``: the app's conversation loop on files or audio devices.
+
+The same :class:`~app.session.Session` the desktop app drives, fed from a WAV (or the input
+device) one native period at a time, its output written to a WAV (or played on the output
+device). With files the clock is simulated (periods run back to back) unless ``--realtime``
+paces the input to the wall clock; devices are real time by nature. After a file ends the loop
+keeps listening to silence until the assistant's turn is over (at most ``DRAIN_PERIODS``), so an
+answer to the last words is not cut; ``--seconds N`` runs exactly N periods instead.
+
+Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with ``.jsonl``),
+exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``); with
+``--record-audio DIR`` the two channels as ``DIR/mic.wav`` (16 kHz) and ``DIR/assistant.wav``
+(24 kHz), period-aligned. A summary JSON goes to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_wav_path
+from app.settings import Settings
+from engine.arms import Arm
+from engine.duplex import PeriodOutcome, Phase
+from engine.trace import check_trace_path
+
+__all__ = ["DRAIN_PERIODS", "ConverseError", "ConverseRequest", "check_request", "converse"]
+
+DRAIN_PERIODS = 15
+
+
+class ConverseError(ValueError):
+    """A request the command cannot serve; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ConverseRequest:
+    """One headless conversation; validated by :func:`check_request` before anything loads."""
+
+    settings: Settings
+    input: Path | None = None  # a sound file; None = the input device
+    output: Path | None = None  # a .wav; None = the output device
+    trace: Path | None = None  # Perfetto .json (the JSONL and CSV sit beside it)
+    realtime: bool = False
+    use_devices: bool = False
+    record_audio: Path | None = None
+    seconds: int | None = None
+    n_steps: int | None = None  # solver steps override (tests)
+    progress: bool = True
+    verbose: bool = False  # replay captures/rejections logged on stderr too
+
+    @property
+    def jsonl(self) -> Path | None:
+        return self.trace.with_suffix(".jsonl") if self.trace is not None else None
+
+
+def check_request(req: ConverseRequest) -> None:
+    """Fail before loading anything, with the fix in the message."""
+    if req.input is None and not req.use_devices:
+        raise ConverseError("give --input FILE.wav, or --input-device NAME for a microphone")
+    if req.input is not None and not req.input.is_file():
+        raise ConverseError(f"--input {req.input} does not exist: pass a WAV file")
+    if req.output is None and not req.use_devices:
+        raise ConverseError("give --output FILE.wav, or --output-device NAME for a speaker")
+    try:
+        if req.output is not None:
+            check_wav_path(req.output)
+        if req.trace is not None:
+            if req.trace.suffix.lower() != ".json":
+                raise ConverseError(
+                    f"--trace {req.trace}: give a .json path (the Perfetto trace; the JSONL "
+                    f"and CSV are written beside it as {req.trace.stem}.jsonl/.csv)"
+                )
+            check_trace_path(req.trace.with_suffix(".jsonl"), overwrite=True)
+    except ValueError as error:  # TraceError and path errors are ValueErrors
+        raise ConverseError(str(error)) from None
+    if req.record_audio is not None and not req.record_audio.parent.is_dir():
+        raise ConverseError(
+            f"--record-audio {req.record_audio}: its parent folder does not exist; create it"
+        )
+    if req.seconds is not None and req.seconds < 1:
+        raise ConverseError(f"--seconds {req.seconds}: run at least one period")
+
+
+def converse(req: ConverseRequest) -> dict[str, Any]:
+    """Run the conversation; returns the summary printed on stdout."""
+    from app.session import build_session
+
+    check_request(req)
+    if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
+        logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
+    session = build_session(
+        req.settings, trace=req.jsonl, progress=_load_progress(req.progress), n_steps=req.n_steps
+    )
+    outcomes: list[PeriodOutcome] = []
+    with ExitStack() as stack:
+        stack.callback(session.close)
+        source = _source(req, session.input_rate, stack)
+        sink = _sink(req, session.output_rate, stack)
+        if req.settings.echo_cancel and hasattr(source, "enable_echo_cancel"):
+            source.enable_echo_cancel(sink)  # both devices: cancel our playback from the mic
+        recorders = _recorders(req, session.input_rate, session.output_rate, stack)
+        bar = _Bar(_expected_periods(req, source, session)) if req.progress else None
+        try:
+            _run(session, source, sink, recorders, outcomes, req, bar)
+        except KeyboardInterrupt:
+            if bar is not None:
+                bar.interrupted()
+        else:
+            if bar is not None:
+                bar.close()
+        audio = _device_stats(source=source, sink=sink)
+    return {**_finish(req, session, outcomes), **audio}
+
+
+def _run(
+    session: Any,
+    source: PeriodSource,
+    sink: PeriodSink,
+    recorders: tuple[WavSink, WavSink] | None,
+    outcomes: list[PeriodOutcome],
+    req: ConverseRequest,
+    bar: _Bar | None,
+) -> None:
+    n_in = round(session.period_s * session.input_rate)
+    silence, drained = np.zeros(n_in, np.float32), 0
+    while req.seconds is None or len(outcomes) < req.seconds:
+        mic = source.read_period(n_in, timeout=2 * session.period_s)
+        if mic is None:  # the input ended: listen to silence until the answer is over
+            if req.seconds is None and not _answer_pending(session, outcomes, drained):
+                break
+            mic, drained = silence, drained + 1
+        outcome = session.step(mic)
+        if outcome.record.loop.get("barge_in") and hasattr(sink, "interrupt"):
+            sink.interrupt()  # a device sink drops what it still queues, fading out
+        sink.write(outcome.pcm)
+        if recorders is not None:
+            recorders[0].write(mic)
+            recorders[1].write(outcome.pcm)
+        outcomes.append(outcome)
+        if bar is not None:
+            bar.update(outcome)
+
+
+def _answer_pending(session: Any, outcomes: list[PeriodOutcome], drained: int) -> bool:
+    if drained >= DRAIN_PERIODS or not outcomes:
+        return False
+    return bool(outcomes[-1].phase is Phase.SPEAK or session.loop.windower.in_turn)
+
+
+def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:
+    if req.input is not None:
+        try:
+            return WavSource(req.input, rate, realtime=req.realtime)
+        except (FileNotFoundError, ValueError) as error:
+            raise ConverseError(str(error)) from None
+    from app.audio import DeviceSource
+
+    settings = req.settings
+    device = DeviceSource(settings.input_device, rate=rate, host_api=settings.host_api)
+    device.start()
+    stack.callback(device.close)
+    source: PeriodSource = device
+    return source
+
+
+def _sink(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSink:
+    if req.output is not None:
+        wav = WavSink(req.output, rate)
+        stack.callback(wav.close)
+        return wav
+    from app.audio import DeviceSink
+
+    settings = req.settings
+    device = DeviceSink(settings.output_device, rate=rate, host_api=settings.host_api)
+    device.start()
+    stack.callback(device.close)
+    sink: PeriodSink = device
+    return sink
+
+
+def _recorders(
+    req: ConverseRequest, input_rate: int, output_rate: int, stack: ExitStack
+) -> tuple[WavSink, WavSink] | None:
+    if req.record_audio is None:
+        return None
+    req.record_audio.mkdir(exist_ok=True)
+    mic = WavSink(req.record_audio / "mic.wav", input_rate)
+    assistant = WavSink(req.record_audio / "assistant.wav", output_rate)
+    stack.callback(assistant.close)
+    stack.callback(mic.close)
+    return mic, assistant
+
+
+def _device_stats(**streams: object) -> dict[str, Any]:
+    """Over/underflow counters of the audio devices used (``app.audio`` streams have stats)."""
+    stats = {}
+    for name, stream in streams.items():
+        found = getattr(stream, "stats", None)
+        if found is not None and dataclasses.is_dataclass(found):
+            stats[name] = dataclasses.asdict(found)  # type: ignore[arg-type]
+    return {"audio": stats} if stats else {}
+
+
+def _expected_periods(req: ConverseRequest, source: PeriodSource, session: Any) -> int | None:
+    """Periods the bar counts to: ``--seconds``, else the file's (a drain may add a few)."""
+    if req.seconds is not None:
+        return req.seconds
+    if isinstance(source, WavSource):
+        return source.periods(round(session.period_s * session.input_rate))
+    return None
+
+
+def _finish(req: ConverseRequest, session: Any, outcomes: list[PeriodOutcome]) -> dict[str, Any]:
+    from engine.trace_export import export_csv, export_perfetto
+
+    files: dict[str, str] = {}
+    if req.trace is not None and req.jsonl is not None:
+        files["jsonl"] = str(req.jsonl)
+        files["perfetto"] = str(export_perfetto(req.jsonl, req.trace))
+        files["csv"] = str(export_csv(req.jsonl, req.trace.with_suffix(".csv")))
+    if req.output is not None:
+        files["output"] = str(req.output)
+    if req.record_audio is not None:
+        files["record_audio"] = str(req.record_audio)
+    return {**files, **summarize(outcomes), "model": session.model_name, "device": session.device}
+
+
+def summarize(outcomes: list[PeriodOutcome]) -> dict[str, Any]:
+    """Cadence and conversation counts over a run (what the command prints)."""
+    times = sorted(o.record.processing_s * 1e3 for o in outcomes)
+    calls = [c for o in outcomes for c in o.calls]
+    return {
+        "periods": len(outcomes),
+        "speaking_periods": sum(o.phase is Phase.SPEAK for o in outcomes),
+        "turns": sum(c.kind == "flush" for c in calls),
+        "barge_ins": sum(bool(o.record.loop.get("barge_in")) for o in outcomes),
+        "calls": len(calls),
+        "over_budget": sum(o.record.over_budget for o in outcomes),
+        "p50_ms": round(_quantile(times, 0.5), 2),
+        "p95_ms": round(_quantile(times, 0.95), 2),
+        "max_ms": round(times[-1], 2) if times else 0.0,
+        "arms": sorted({o.record.arm for o in outcomes}),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def _load_progress(show: bool) -> Callable[[str, float], None] | None:
+    if not show:
+        return None
+
+    def report(stage: str, fraction: float) -> None:
+        sys.stderr.write(f"\r{stage} {fraction:4.0%}")
+        if fraction >= 1.0:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return report
+
+
+class _Bar:
+    """A one-line progress bar on stderr: periods done, the last period's time, the phase."""
+
+    def __init__(self, total: int | None, width: int = 30) -> None:
+        self.total, self.width, self.done = total, width, 0
+
+    def update(self, outcome: PeriodOutcome) -> None:
+        self.done += 1
+        ms = outcome.record.processing_s * 1e3
+        tail = f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}"
+        if self.total:
+            filled = min(self.width, self.width * self.done // self.total)
+            bar = "#" * filled + "-" * (self.width - filled)
+            line = f"\rconverse [{bar}] {self.done}/{self.total} periods, {tail}"
+        else:
+            line = f"\rconverse {self.done} periods, {tail}"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    def interrupted(self) -> None:
+        sys.stderr.write(f"\nconverse: stopped after {self.done} periods (Ctrl-C)\n")
+
+
+def request_from_args(args: Any) -> ConverseRequest:
+    """The request the ``converse`` subcommand's arguments describe (settings file + flags)."""
+    from app.settings import load_settings
+
+    if args.settings is not None and not args.settings.is_file():
+        raise ConverseError(f"--settings {args.settings} does not exist: give a settings YAML")
+    base = load_settings(args.settings) if args.settings else Settings()
+    changes: dict[str, Any] = {"seed": args.seed if args.seed is not None else base.seed}
+    for key in ("family", "model_size", "device", "input_device", "output_device", "host_api"):
+        value = getattr(args, key)
+        if value is not None:
+            changes[key] = value
+    if args.arm is not None:
+        changes["arm"] = Arm.parse(args.arm)
+    if args.checkpoint is not None:
+        changes["checkpoint"] = args.checkpoint
+    settings = Settings(**{**base.__dict__, **changes})
+    Settings.from_dict(settings.to_dict())  # validate the flags like a settings file
+    devices = args.input_device is not None or args.output_device is not None
+    return ConverseRequest(
+        settings=settings,
+        input=args.input,
+        output=args.output,
+        trace=args.trace,
+        realtime=args.realtime,
+        use_devices=devices,
+        record_audio=args.record_audio,
+        seconds=args.seconds,
+        progress=not args.quiet,
+        verbose=args.verbose,
+    )

@@ -1,0 +1,1 @@
+"""Export of a session's trace (Perfetto JSON, CSV, JSONL) and audio (WAV), atomic, off-thread."""

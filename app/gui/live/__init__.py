@@ -1,0 +1,1 @@
+"""The live panel: cadence, replay, captures, memory and stages per period (pyqtgraph)."""

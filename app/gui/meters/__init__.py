@@ -1,0 +1,1 @@
+"""Painted level meters with peak hold."""

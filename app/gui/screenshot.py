@@ -1,0 +1,141 @@
+"""Screenshot of the running app: a WAV-fed conversation with arm switches, then a PNG.
+
+``scripts/screenshot.sh`` runs this under Xvfb (CI has no display); any display works:
+
+    python -m app.gui.screenshot --out docs/screenshot.png [--input-wav talk.wav]
+
+Without ``--input-wav`` the user's side is spoken by ``espeak-ng`` (two questions with pauses,
+then an interruption), paced in real time like a microphone. The model is the small Token2Wav on
+the CPU with seeded random weights, so the banner says the audio is not speech — as it should.
+The run switches the arm to eager and back to SRc so the charts show both switches, and shoots
+while the assistant is speaking. Settings, traces and geometry go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "spoken_conversation"]
+
+SCRIPT: tuple[str | float, ...] = (
+    0.5,
+    "hello, can you hear me? I would like to plan a trip to the mountains this weekend",
+    3.0,
+    "what should I pack if the weather turns cold at night?",
+    4.0,
+    "and how long is the drive from the city?",
+    2.5,
+    "wait, sorry, one more question about the hiking trails",
+    6.0,
+)
+
+
+def spoken_conversation(out: Path, script: tuple[str | float, ...] = SCRIPT) -> Path:
+    """A 16 kHz WAV of ``script``: strings spoken by espeak-ng, floats as seconds of silence."""
+    import soundfile as sf
+    import soxr
+
+    binary = shutil.which("espeak-ng")
+    if binary is None:
+        raise SystemExit("screenshot: espeak-ng is not installed: apt-get install espeak-ng")
+    parts: list[np.ndarray] = []
+    with tempfile.TemporaryDirectory(prefix="dc-shot-") as folder:
+        for i, part in enumerate(script):
+            if isinstance(part, float):
+                parts.append(np.zeros(round(part * 16000), dtype=np.float32))
+                continue
+            wav = Path(folder) / f"{i}.wav"
+            subprocess.run([binary, "-v", "en", "-s", "165", "-w", str(wav), part], check=True)
+            audio, rate = sf.read(wav, dtype="float32")
+            parts.append(soxr.resample(audio, rate, 16000).astype(np.float32))
+    sf.write(out, np.concatenate(parts), 16000, subtype="PCM_16")
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app.gui.screenshot", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
+    parser.add_argument("--input-wav", type=Path, help="the user's side (default: espeak-ng)")
+    parser.add_argument("--periods", type=int, default=24, help="periods before the shot")
+    parser.add_argument("--size", default="1600x980", help="window size WIDTHxHEIGHT")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads (1: the small model keeps real time on a shared 2-core box)",
+    )  # fmt: skip
+    return parser
+
+
+def _wait(app: object, seconds: float) -> None:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    QTimer.singleShot(round(seconds * 1000), loop.quit)
+    loop.exec()
+
+
+def _converse(window: object, app: object, periods: int) -> None:
+    """Run the conversation; switch arms on the way; return once the assistant speaks."""
+    from app.gui.window.main_window import MainWindow
+    from engine.arms import Arm
+
+    assert isinstance(window, MainWindow)
+    window.start_conversation()
+    deadline = time.monotonic() + 120 + periods * 2
+    switches = {periods // 3: Arm.EAGER, (2 * periods) // 3: Arm.SRC}
+    while time.monotonic() < deadline:
+        _wait(app, 0.1)
+        done = len(window.panel.history)
+        if done in switches:
+            window.switch_arm(switches.pop(done))
+        last = window.panel.history.last
+        if done >= periods and last is not None and last.phase == "speak":
+            _wait(app, 0.3)  # let the meters and the lamp settle on this period
+            return
+        if window.controller.state.value == "idle" and done:
+            return  # the input ended first: shoot what there is
+    raise SystemExit(f"screenshot: no speaking period after {periods} periods; is the CPU busy?")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from app.gui.engine.routes import AudioRoute
+    from app.gui.launch import create_application
+    from app.gui.window.main_window import MainWindow
+    from app.settings import Settings, save_settings
+
+    with tempfile.TemporaryDirectory(prefix="dc-shot-") as folder:
+        tmp = Path(folder)
+        os.environ["XDG_DATA_HOME"] = str(tmp / "data")
+        wav = args.input_wav or spoken_conversation(tmp / "talk.wav")
+        settings_file = save_settings(Settings(model_size="small"), tmp / "settings.yaml")
+        app = create_application([])
+        route = AudioRoute(input_wav=wav, realtime=True, output="none")
+        window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
+        window.resize(width, height)
+        window.show()
+        _wait(app, 0.5)
+        _converse(window, app, args.periods)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        image = window.grab()
+        if not image.save(str(args.out)):
+            raise SystemExit(f"screenshot: cannot write {args.out}: check the folder")
+        print(f"screenshot: {args.out} ({image.width()}x{image.height()})")
+        window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The settings dialog (model, arm, audio), validated off the GUI thread."""

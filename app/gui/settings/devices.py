@@ -1,0 +1,44 @@
+"""Audio device choices for the settings dialog, from ``app.audio.list_devices``.
+
+A machine without audio devices, or a build without ``app.audio``, still opens the dialog: the
+lists then hold only "System default" and the reason shows under them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DeviceChoice", "device_choices"]
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """One entry of a device list; ``name`` None is the system default."""
+
+    label: str
+    name: str | None
+    host_api: str | None
+
+
+DEFAULT = DeviceChoice("System default", None, None)
+
+
+def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None]:
+    """(inputs, outputs, problem): each list starts with the system default."""
+    inputs, outputs = [DEFAULT], [DEFAULT]
+    try:
+        from app.audio import list_devices
+
+        devices = list_devices()
+    except Exception as exc:  # no PortAudio, no app.audio yet: say so, keep the dialog usable
+        return inputs, outputs, f"audio devices unavailable ({exc}): the system default is used"
+    for d in devices:
+        choice = DeviceChoice(f"{d.name}  ·  {d.host_api}", d.name, d.host_api)
+        if d.max_input > 0:
+            inputs.append(choice)
+        if d.max_output > 0:
+            outputs.append(choice)
+    problem = None
+    if len(inputs) == 1 and len(outputs) == 1:
+        problem = "no audio devices found: connect one (or run scripts/virtual_audio.sh)"
+    return inputs, outputs, problem

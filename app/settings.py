@@ -1,0 +1,250 @@
+"""User settings: one YAML file in the platform's config folder, validated with the fix named.
+
+``load_settings`` reads ``settings.yaml`` (``settings_path()``: ``~/.config/duplexcadence/`` on
+Linux); a missing file gives the defaults, a file that cannot be read or holds a bad value raises
+:class:`SettingsError` naming the key, the value and the fix. ``save_settings`` writes atomically
+(a temporary file in the same folder, then ``os.replace``), so a crash mid-save never leaves half
+a file. ``check_settings`` checks what needs the file system or the machine (checkpoint folder,
+voice WAV, CUDA) before a session is built: it is what the GUI calls to show an error.
+
+Window geometry lives in QSettings (the GUI's business), not here; everything here is what a
+trace header carries (``Settings.to_dict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.arms import Arm
+
+__all__ = [
+    "DEVICES",
+    "FAMILIES",
+    "MODEL_SIZES",
+    "Settings",
+    "SettingsError",
+    "check_settings",
+    "load_settings",
+    "save_settings",
+    "settings_path",
+]
+
+FAMILIES = ("minicpmo45", "lycheefd")
+MODEL_SIZES = ("auto", "full", "small")
+DEVICES = ("auto", "cuda", "cpu")
+CHECKPOINT_FILES = ("flow.yaml", "flow.pt", "hift_original.pt")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the key, the value and the fix."""
+
+
+@dataclass
+class Settings:
+    """Everything a session is built from; defaults run anywhere (seeded random weights)."""
+
+    family: str = "minicpmo45"  # declaration key (minicpmo45 | lycheefd)
+    model_size: str = "auto"  # full | small | auto (full on CUDA, small on CPU)
+    checkpoint: Path | None = None  # token2wav folder; None = seeded random weights (NOT speech)
+    voice: Path | None = None  # voice prompt WAV (needs a checkpoint); None = seeded random voice
+    voice_frames: int = 302
+    device: str = "auto"  # auto | cuda | cpu
+    arm: Arm = Arm.SRC
+    audit: bool = False
+    input_device: str | None = None  # by name; None = system default
+    output_device: str | None = None
+    host_api: str | None = None
+    echo_cancel: bool = False
+    push_to_talk: bool = False
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML/JSON values (paths and the arm as strings)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Path | Arm) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "settings") -> Settings:
+        """Parse and validate values (unknown keys are errors: a typo must not pass silently)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SettingsError(
+                f"{where}: unknown key {unknown[0]!r}; expected one of {', '.join(sorted(known))} "
+                "(remove or rename it)"
+            )
+        values = {key: _parse(key, value, where) for key, value in data.items()}
+        settings = cls(**values)
+        _check_values(settings, where)
+        return settings
+
+    def resolved_device(self) -> str:
+        """``auto`` made concrete: cuda when a CUDA device is present, else cpu."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_model_size(self, device: str | None = None) -> str:
+        """``auto`` made concrete: full on CUDA, small on CPU (real time on two cores)."""
+        if self.model_size != "auto":
+            return self.model_size
+        device = device or self.resolved_device()
+        return "full" if device.startswith("cuda") else "small"
+
+
+_PATHS = ("checkpoint", "voice")
+_OPTIONAL_TEXT = ("input_device", "output_device", "host_api")
+_BOOLS = ("audit", "echo_cancel", "push_to_talk")
+_INTS = ("voice_frames", "seed")
+
+
+def _parse(key: str, value: Any, where: str) -> Any:
+    """One value from YAML into its field's type, or a SettingsError with the fix."""
+    if key in _PATHS or key in _OPTIONAL_TEXT:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise SettingsError(f"{where}: {key} = {value!r}: give a string or leave it empty")
+        return Path(value).expanduser() if key in _PATHS else value
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise SettingsError(f"{where}: {key} = {value!r}: give true or false")
+        return value
+    if key in _INTS:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SettingsError(f"{where}: {key} = {value!r}: give an integer")
+        return value
+    if key == "arm":
+        try:
+            return Arm.parse(str(value))
+        except ValueError as error:
+            raise SettingsError(f"{where}: arm: {error}") from None
+    if not isinstance(value, str):
+        raise SettingsError(f"{where}: {key} = {value!r}: give a string")
+    return value
+
+
+def _check_values(s: Settings, where: str) -> None:
+    """Checks that need nothing but the values themselves."""
+    for key, allowed in (("family", FAMILIES), ("model_size", MODEL_SIZES), ("device", DEVICES)):
+        if getattr(s, key) not in allowed:
+            raise SettingsError(
+                f"{where}: {key} = {getattr(s, key)!r}: expected one of {', '.join(allowed)}"
+            )
+    if s.voice_frames < 6 or s.voice_frames % 2:
+        raise SettingsError(
+            f"{where}: voice_frames = {s.voice_frames}: give an even number of prompt mel "
+            "frames >= 6 (two per prompt token; the default voice has 302)"
+        )
+    if s.seed < 0:
+        raise SettingsError(f"{where}: seed = {s.seed}: give a non-negative integer")
+
+
+def settings_path() -> Path:
+    """``<user config dir>/duplexcadence/settings.yaml`` (``$XDG_CONFIG_HOME`` on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("duplexcadence")) / "settings.yaml"
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """The settings in ``path`` (default :func:`settings_path`); defaults when it is missing."""
+    path = path or settings_path()
+    if not path.exists():
+        return Settings()
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(
+            f"cannot read {path} ({error}): fix its permissions or delete it"
+        ) from None
+    except yaml.YAMLError as error:
+        raise SettingsError(
+            f"{path} is not valid YAML ({error}): fix the line shown or delete the file "
+            "to start from the defaults"
+        ) from None
+    if data is None:
+        return Settings()
+    if not isinstance(data, dict):
+        raise SettingsError(
+            f"{path} must hold a mapping of setting: value; delete it to start from the defaults"
+        )
+    return Settings.from_dict(data, where=str(path))
+
+
+def save_settings(s: Settings, path: Path | None = None) -> Path:
+    """Write ``s`` to ``path`` (default :func:`settings_path`) atomically; returns the path."""
+    _check_values(s, "settings")
+    path = path or settings_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "# DuplexCadence settings (written by the app; edit while it is closed)\n"
+        text += yaml.safe_dump(s.to_dict(), sort_keys=False, allow_unicode=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as error:
+        raise SettingsError(
+            f"cannot write settings to {path} ({error}): make {path.parent} writable"
+        ) from None
+    return path
+
+
+def check_settings(s: Settings) -> None:
+    """Everything a session needs from the machine, checked before loading; raises the fix."""
+    _check_values(s, "settings")
+    if s.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SettingsError("device = cuda, but no CUDA device is present: choose cpu or auto")
+    size = s.resolved_model_size()
+    if s.checkpoint is not None:
+        _check_checkpoint(s.checkpoint)
+        if size == "small":
+            raise SettingsError(
+                f"checkpoint {s.checkpoint} holds full-size weights, but model_size is small "
+                f"(auto picks small on {s.resolved_device()}): set model_size to full"
+            )
+    if s.voice is not None:
+        if s.checkpoint is None:
+            raise SettingsError(
+                f"voice {s.voice} needs a checkpoint (its speech tokenizer and speaker model): "
+                "choose a checkpoint folder or clear the voice"
+            )
+        if not s.voice.is_file() or s.voice.suffix.lower() != ".wav":
+            raise SettingsError(f"voice {s.voice} is not a .wav file: choose a voice recording")
+
+
+def _check_checkpoint(folder: Path) -> None:
+    if not folder.is_dir():
+        raise SettingsError(
+            f"checkpoint {folder} is not a folder: choose the token2wav folder "
+            f"(it holds {', '.join(CHECKPOINT_FILES)})"
+        )
+    missing = [name for name in CHECKPOINT_FILES if not (folder / name).is_file()]
+    if missing:
+        raise SettingsError(
+            f"checkpoint {folder} lacks {', '.join(missing)}: choose the token2wav folder "
+            f"(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)"
+        )
