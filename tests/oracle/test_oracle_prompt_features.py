@@ -87,6 +87,9 @@ def _load_file(name: str, path: Path) -> types.ModuleType:
 
 def _installed(package: str) -> Path:
     require_vendor()
+    loaded = sys.modules.get(package)
+    if loaded is not None and loaded.__spec__ is None:  # vendor.py's bare package object
+        return Path(next(iter(loaded.__path__)))
     spec = importlib.util.find_spec(package)  # locates without running the package __init__
     assert spec is not None and spec.submodule_search_locations
     return Path(next(iter(spec.submodule_search_locations)))
