@@ -185,6 +185,46 @@ def _run_converse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="a headless conversation on the shipped demo talk (no microphone, no window)",
+        description=(
+            "Runs `converse --headless` on the demo talk (espeak-ng utterances: a question, a "
+            "follow-up, an interruption) and writes the talk, the assistant's audio and the "
+            "traces (Perfetto JSON, CSV, JSONL) into the user data folder."
+        ),
+    )
+    parser.add_argument("--seconds", type=int, default=30, help="periods to run (default 30)")
+    parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for the files")
+    parser.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from app.converse import ConverseRequest, converse
+    from app.demo import demo_dir, write_talk
+    from app.settings import Settings
+    from engine.arms import Arm
+
+    if args.seconds < 1:
+        raise _UsageError(f"--seconds {args.seconds}: run at least one period")
+    out = args.out or demo_dir()
+    talk = write_talk(out / "talk.wav", args.seconds)
+    request = ConverseRequest(
+        settings=Settings(arm=Arm.parse(args.arm), device=args.device),
+        input=talk,
+        output=out / "assistant.wav",
+        trace=out / "trace.json",
+        seconds=args.seconds,
+    )
+    summary = converse(request)
+    print(f"demo: files in {out} (open trace.json in ui.perfetto.dev)", file=sys.stderr)
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
 def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     subparsers.add_parser(
         "gui",
@@ -209,6 +249,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_plan,
     _add_synth,
     _add_converse,
+    _add_demo,
     _add_gui,
 )
 

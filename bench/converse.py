@@ -6,9 +6,9 @@
 Each arm runs the app's own session (``app.session.build_session``: synthetic backbone with
 silero-vad turn-taking, Token2Wav, warm-up captures) on the same user audio for ``--periods``
 native periods (1 s each) on a simulated clock (periods back to back; cadence is the processing
-time of each). The user's side is real speech composed from three espeak-ng utterances committed
-under ``bench/talk/`` (the GPU machine has no espeak; ``--make-talk`` regenerates them here) on a
-seeded schedule: a question answered in full, a question interrupted by a barge-in, repeated.
+time of each). The user's side is real speech: three espeak-ng utterances committed under
+``assets/talk/`` (``app.demo``; the GPU machine has no espeak, ``--make-talk`` regenerates them
+here) on a seeded schedule: a question answered in full, one interrupted by a barge-in, repeated.
 
 Per arm: cadence p50/p95/max, periods over budget (processing > period), peak allocated and
 reserved GPU memory over the conversation (after warm-up) and over the whole session, replay
@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.demo import RATE, TALK, UTTERANCES, talk_periods
 from app.session import build_session
 from app.settings import Settings
 from bench.env_info import environment
@@ -42,18 +43,11 @@ from engine.arms import ARMS, Arm
 from engine.cadence import replay_totals
 from engine.duplex import PeriodOutcome
 
-TALK = Path(__file__).resolve().parent / "talk"
-UTTERANCES = {
-    "question": "hello there, could you tell me what the weather will be like tomorrow",
-    "followup": "and what should I wear for a walk in the park",
-    "interrupt": "no wait, stop, stop talking please",
-}
-RATE = 16_000
 MIB = 2**20
 
 
 def make_talk() -> None:
-    """Speak the utterances with espeak-ng into ``bench/talk/*.flac`` (16 kHz, trimmed)."""
+    """Speak the utterances with espeak-ng into ``assets/talk/*.flac`` (16 kHz, trimmed)."""
     import soundfile
 
     from tests.speech import conversation
@@ -62,28 +56,6 @@ def make_talk() -> None:
     for name, text in UTTERANCES.items():
         audio = conversation([text]).audio
         soundfile.write(TALK / f"{name}.flac", audio, RATE, subtype="PCM_16")
-
-
-def talk_periods(periods: int, seed: int) -> list[np.ndarray]:
-    """``periods`` seconds of the user's side: a seeded schedule over the three utterances."""
-    import soundfile
-
-    clips = {}
-    for name in UTTERANCES:
-        path = TALK / f"{name}.flac"
-        if not path.is_file():
-            raise SystemExit(f"{path} is missing: run `python3 bench/converse.py --make-talk`")
-        clips[name], _ = soundfile.read(path, dtype="float32")
-    rng = np.random.default_rng(seed)
-    parts, total = [np.zeros(RATE // 2, np.float32)], RATE // 2
-    while total < periods * RATE:
-        # An answer of at most 8 s ends before the next question; the follow-up is cut short.
-        for name, gap in (("question", 9.5), ("followup", 2.0), ("interrupt", 3.0)):
-            pause = np.zeros(round((gap + rng.uniform(0, 1)) * RATE), np.float32)
-            parts += [clips[name], pause]
-            total += clips[name].size + pause.size
-    audio = np.concatenate(parts)[: periods * RATE]
-    return [audio[k * RATE : (k + 1) * RATE].copy() for k in range(periods)]
 
 
 def exact_periods(reference: list[np.ndarray], pcm: list[np.ndarray]) -> int:
@@ -231,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--envelope", action="store_true", help="stock envelope for every arm")
     parser.add_argument("--switch-every", type=int, default=10, help="0: no switching run")
-    parser.add_argument("--make-talk", action="store_true", help="regenerate bench/talk (espeak)")
+    parser.add_argument("--make-talk", action="store_true", help="regenerate assets/talk (espeak)")
     args = parser.parse_args(argv)
     if args.make_talk:
         make_talk()

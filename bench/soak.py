@@ -4,7 +4,7 @@
     python3 bench/soak.py --out /tmp/soak.json --minutes 1 --sample-s 10    # a quick look
 
 The session (synthetic backbone, small Token2Wav on the CPU, SRc, trace written and fsynced every
-period) hears the bench conversation (``bench/talk``, composed as in ``bench/converse.py``) in a
+period) hears the demo conversation (``app.demo``: the talk ``bench/converse.py`` uses) in a
 loop, periods back to back (simulated clock) unless ``--realtime``. Every ``--sample-s`` seconds
 it samples the resident set; the result JSON has the samples, the growth from the first sample
 after ``--settle-s`` to the last and to the highest (the issue's bar: under 5%), periods run,
@@ -26,9 +26,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.demo import talk_periods
 from app.session import build_session
 from app.settings import Settings
-from bench.converse import talk_periods
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.metrics import memory_stats

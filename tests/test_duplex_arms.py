@@ -100,7 +100,7 @@ def test_live_arm_switches_keep_the_pcm(eager: list[PeriodOutcome]) -> None:
 @pytest.mark.gpu
 def test_every_arm_gives_eagers_pcm_on_gpu() -> None:
     """Full-size Token2Wav on CUDA: flow and vocoder replayed (device randomness included)."""
-    from bench.converse import talk_periods  # espeak-free speech: the GPU machine has none
+    from app.demo import talk_periods  # espeak-free speech: the GPU machine has none
     from tests.gpu_results import record
 
     torch.backends.cudnn.deterministic = True
