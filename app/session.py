@@ -13,6 +13,16 @@ periods are slower, and the trace says why). After warm-up the synthesizer is re
 global generators re-seeded from ``settings.seed``: the conversation's audio then depends only on
 the settings and the input, whichever arm runs and whatever the warm-up did.
 
+Audit mode (``settings.audit``, paper §3.6) puts the shadow auditor (``engine.audit``) on the
+flow stream's carry: every retention of the estimator cache under S, SR and SRc is shadowed by
+the stock concatenation the declaration states, compared bit for bit and counted, never changing
+what is computed. Each period's record carries the counts under ``loop["audit"]`` (or says the
+arm has no carry to shadow); a region's first divergence is logged (``duplexcadence.audit``)
+and recorded as an ``audit_divergence`` event of its period, and the conversation goes on. The
+warm-up is audited too (the header's ``warmup.audit``). Off, nothing is attached: no extra work
+(``app.session_audit``). The session writes each period's trace line itself, after the audit
+counts are in the record. The warm-up is ``app.warmup``.
+
 Threads: build and ``step`` on the engine thread (it owns every CUDA call); ``request_arm`` and
 ``set_push_to_talk`` from any thread. The session sets torch to one intra-op thread
 (process-wide) unless the full model runs on the CPU: the CPU's tensors are then small and more
@@ -21,9 +31,7 @@ threads only add barrier waits. No Qt here.
 
 from __future__ import annotations
 
-import importlib
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +42,12 @@ from torch import Tensor
 
 from adapters.token2wav.binding import DECLARATIONS, call_classes
 from adapters.token2wav.presets import ModelPreset, preset
+from adapters.token2wav.prompt import random_voice, voice_from_wav
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.stream import FlowStream
+from app.session_audit import SessionAudit, session_audit
 from app.settings import Settings, SettingsError, check_settings
+from app.warmup import warm_up, warmup_turn
 from engine.arms import Arm
 from engine.contract import load_declaration
 from engine.duplex import Backbone, DuplexLoop, PeriodOutcome
@@ -45,7 +56,15 @@ from engine.replay import ReplayEngine
 from engine.trace import TraceWriter, check_trace_path, session_metadata
 from engine.windows import TokenWindower
 
-__all__ = ["OUTPUT_RATE", "Progress", "Session", "build_session", "replace_settings", "warmup_turn"]
+__all__ = [
+    "OUTPUT_RATE",
+    "Progress",
+    "Session",
+    "SessionAudit",
+    "build_session",
+    "replace_settings",
+    "warmup_turn",
+]
 
 Progress = Callable[[str, float], None]
 OUTPUT_RATE = 24_000  # Token2Wav's HiFT
@@ -68,6 +87,7 @@ class Session:
         model_name: str,
         trace: TraceWriter | None,
         warmup: dict[str, Any],
+        audit: SessionAudit | None = None,
     ) -> None:
         self.loop, self.settings, self.device, self.model_name = loop, settings, device, model_name
         self.period_s = loop.backbone.period_s
@@ -75,7 +95,7 @@ class Session:
         self.output_rate = loop.output_rate
         self.weights_synthetic = settings.checkpoint is None
         self.metrics, self.engine, self.trace = loop.metrics, loop.engine, trace
-        self.warmup = warmup
+        self.warmup, self.audit = warmup, audit
         self._warmed = {settings.arm} if settings.arm.replay else set()
         self._open_capture = threading.Event()
         self._ptt_held = threading.Event()
@@ -91,14 +111,23 @@ class Session:
         return self.trace.path if self.trace is not None else None
 
     def step(self, mic: np.ndarray) -> PeriodOutcome:
-        """One native period (engine thread only). Push-to-talk mutes the mic unless held."""
+        """One native period (engine thread only). Push-to-talk mutes the mic unless held.
+
+        The period's trace line is durable when this returns; in audit mode its record holds
+        the audit counts (``record.loop["audit"]``) before it is written.
+        """
         if self.settings.push_to_talk and not self._ptt_held.is_set():
             mic = self._silence
         if self._open_capture.is_set() and self.engine is not None and self.engine.sealed:
             self._open_capture.clear()
             self.engine.unseal()
             self.metrics.event("unseal", reason="arm not warmed at start: captures as it runs")
-        return self.loop.step(mic)
+        outcome = self.loop.step(mic)
+        if self.audit is not None:
+            outcome.record.loop["audit"] = self.audit.period(self.loop.arm)
+        if self.trace is not None:
+            self.trace.write(outcome.record)
+        return outcome
 
     def request_arm(self, arm: Arm) -> None:
         """Switch arm at the next period (any thread); the trace logs an ``arm_switch``.
@@ -170,28 +199,39 @@ def build_session(
     classes = call_classes(
         settings.family, prompt_mel.shape[1], windower.max_call, windower.lookahead
     )
-    stream = SpeechStream(
-        FlowStream(
-            flow, prompt_tokens, prompt_mel, spk,
-            arm=settings.arm, engine=engine, classes=classes,
-            n_steps=n_steps or size.n_steps, max_call_tokens=windower.max_call,
-        ),
-        hift,
-        engine,
+    flow_stream = FlowStream(
+        flow, prompt_tokens, prompt_mel, spk,
+        arm=settings.arm, engine=engine, classes=classes,
+        n_steps=n_steps or size.n_steps, max_call_tokens=windower.max_call,
     )  # fmt: skip
+    stream = SpeechStream(flow_stream, hift, engine)
+    audit = session_audit(settings.family, flow_stream) if settings.audit else None
     report("loading", 1.0)
-    warmup = _warm_up(stream, windower, engine, settings.seed, device, report)
+    if audit is not None:
+        audit.attach()
+    warmup = warm_up(stream, windower, engine, settings.seed, device, report)
+    if audit is not None:
+        warmup["audit"] = audit.totals()
     torch.manual_seed(settings.seed)  # the conversation's draws do not depend on the warm-up
     metrics = Metrics(PERIOD_S, device=device, arm=str(settings.arm))
+    if audit is not None:
+        audit.attach(metrics)
     model_name = _model_name(settings, size)
     steps = n_steps or size.n_steps
-    writer = _writer(trace, settings, device, model_name, size.name, steps, warmup)
+    writer = _writer(trace, settings, device, model_name, size.name, steps, warmup, audit)
+    # The session writes each period's line (Session.step), once its audit counts are in.
     loop = DuplexLoop(
         backbone or _synthetic_backbone(settings, windower, device),
-        stream, windower, metrics, engine, writer, OUTPUT_RATE,
+        stream, windower, metrics, engine, None, OUTPUT_RATE,
     )  # fmt: skip
     return Session(
-        loop, settings, device=device, model_name=model_name, trace=writer, warmup=warmup
+        loop,
+        settings,
+        device=device,
+        model_name=model_name,
+        trace=writer,
+        warmup=warmup,
+        audit=audit,
     )
 
 
@@ -218,99 +258,23 @@ def _load_models(
 
 
 def _voice(settings: Settings, device: str) -> tuple[Tensor, Tensor, Tensor]:
-    """The voice prompt ``(tokens (1, n), mel (1, 2n, 80), spk (1, 192))``."""
-    prompt: Any
-    try:
-        prompt = importlib.import_module("adapters.token2wav.prompt")
-    except ImportError:  # the voice-prompt module is not there yet: the seeded random voice
-        prompt = None
-    if settings.voice is not None:
-        if prompt is None or settings.checkpoint is None:
-            raise SettingsError(
-                f"voice {settings.voice}: this build cannot read voice WAVs yet; clear the voice"
-            )
-        voice = prompt.voice_from_wav(settings.voice, settings.checkpoint, device)
-        return voice.tokens, voice.mel, voice.spk
-    if prompt is not None:
-        voice = prompt.random_voice(settings.voice_frames, settings.seed, device)
-        return voice.tokens, voice.mel, voice.spk
-    g = torch.Generator().manual_seed(settings.seed + 1)
-    frames = settings.voice_frames
-    tokens = torch.randint(0, VOCAB, (1, frames // 2), generator=g, dtype=torch.int32)
-    mel, spk = torch.randn(1, frames, 80, generator=g), torch.randn(1, 192, generator=g)
-    return tokens.to(device), mel.to(device), spk.to(device)
-
-
-def warmup_turn(windower: TokenWindower, steady: int, seed: int, device: str) -> list[Any]:
-    """The calls of one turn: a full first window, ``steady`` windows, then the turn's end with
-    the lookahead alone (a barge-in's last call), as the loop's windower makes them."""
-    w = TokenWindower(windower.stride, windower.lookahead, windower.flush_min, windower.max_call)
-    g = torch.Generator().manual_seed(seed)
-
-    def tokens(n: int) -> Tensor:
-        return torch.randint(0, VOCAB, (1, n), generator=g, dtype=torch.int32).to(device)
-
-    calls = w.push(tokens(w.window))
-    for _ in range(steady):
-        calls += w.push(tokens(w.stride))
-    return calls + w.push(tokens(0), turn_end=True)
-
-
-def _warm_up(
-    stream: SpeechStream,
-    windower: TokenWindower,
-    engine: ReplayEngine,
-    seed: int,
-    device: str,
-    report: Progress,
-) -> dict[str, Any]:
-    """Warm and capture the classes of a conversation's common calls, then seal the engine.
-
-    Two turn shapes, each twice (first sight warms, the second captures): one with enough steady
-    windows that the attended extent reaches its bound (prompt + 100 frames), one interrupted
-    right after its flush. So flushes, steady windows at every extent and barge-in last calls
-    replay from the first period; the rarer natural-end last calls (their size follows the
-    answer's length) run eagerly, counted as ``sealed`` misses, instead of paying a capture
-    mid-conversation.
-    """
-    bound = -(-100 // (2 * windower.stride)) + 1
-    calls = [
-        call for steady in (bound, 0) for call in warmup_turn(windower, steady, seed, device) * 2
-    ]
-    report("capture", 0.0)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for i, call in enumerate(calls):
-            stream.push(call.tokens, call.last_chunk)
-            if call.last_chunk:
-                stream.reset()
-            report("capture", (i + 1) / len(calls))
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    if stream.arm.replay:
-        engine.seal()
-    totals = engine.snapshot()["total"]
-    events = engine.drain_events()
-    engine.reset_counters()
-    return {
-        "arm": str(stream.arm),
-        "calls": len(calls),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "captures": totals.get("captures", 0),
-        "capture_s": round(float(totals.get("capture_s", 0.0)), 3),
-        "capture_bytes": totals.get("capture_bytes", 0),
-        "events": len(events),
-    }
+    """The voice prompt ``(tokens (1, n), mel (1, 2n, 80), spk (1, 192))``: the recording in
+    ``settings.voice`` through the checkpoint's tokenizer and speaker model, else seeded random."""
+    if settings.voice is None:
+        voice = random_voice(settings.voice_frames, settings.seed, device)
+    elif settings.checkpoint is None:
+        raise SettingsError(
+            f"voice {settings.voice}: a voice prompt needs a checkpoint folder (its "
+            "speech_tokenizer_v2_25hz.onnx and campplus.onnx): choose one, or clear the voice"
+        )
+    else:
+        voice = voice_from_wav(settings.voice, settings.checkpoint, device)
+    return voice.tokens, voice.mel, voice.spk
 
 
 def _synthetic_backbone(settings: Settings, windower: TokenWindower, device: str) -> Backbone:
-    try:
-        from adapters.synthetic import SyntheticBackbone
-    except ImportError as error:
-        raise SettingsError(
-            f"the synthetic backbone cannot load ({error}): reinstall duplexcadence "
-            "(scripts/setup.sh); it needs silero-vad"
-        ) from None
+    from adapters.synthetic import SyntheticBackbone
+
     backbone: Backbone = SyntheticBackbone(
         period_s=PERIOD_S,
         input_rate=INPUT_RATE,
@@ -336,6 +300,7 @@ def _writer(
     size: str,
     n_steps: int,
     warmup: dict[str, Any],
+    audit: SessionAudit | None,
 ) -> TraceWriter | None:
     if trace is None:
         return None
@@ -345,7 +310,8 @@ def _writer(
         "model_size": size,
         "n_steps": n_steps,
         "weights": "checkpoint" if settings.checkpoint else "seeded random (not speech)",
-        "audit_active": False,  # the Token2Wav streams have no auditor hook yet
+        "audit_active": audit is not None,
+        **({"audit_scope": audit.header()} if audit is not None else {}),
         "warmup": warmup,
         "declaration": load_declaration(DECLARATIONS[settings.family]).name,
     }

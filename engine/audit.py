@@ -13,6 +13,7 @@ Audit mode is opt-in and allocates (the shadow path is the stock path). Off, it 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from engine.carry import Carry, RetentionRule
-from engine.contract import Order
+from engine.contract import Order, Region, RetentionPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,19 @@ class Divergence:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def describe(self) -> str:
+        """One line for a log or a trace event: the region, the call and the retained slice."""
+        a, b = self.slice
+        s, t = self.source
+        where = (
+            f"extent {self.actual_extent}, expected {self.expected_extent} (frames [{a}, {b}) "
+            f"differ; every common frame agrees)"
+            if self.part == "extent"
+            else f"first mismatch at element {list(self.index)}, in the retained {self.part} run "
+            f"[{a}, {b}) on dim {self.dim}, taken from H[{s}:{t}]"
+        )
+        return f"{self.region}: retention call {self.call} left the stock retention: {where}"
 
 
 class AuditError(AssertionError):
@@ -84,6 +98,15 @@ class AuditReport:
         return sum(r.agreements for r in self.regions.values())
 
     @property
+    def divergences(self) -> int:
+        """Audited retentions that did not agree with the stock path."""
+        return self.retentions - self.agreements
+
+    @property
+    def resets(self) -> int:
+        return sum(r.resets for r in self.regions.values())
+
+    @property
     def ok(self) -> bool:
         """Every audited retention agreed with the stock path."""
         return self.first_divergence is None
@@ -94,6 +117,7 @@ class AuditReport:
         return {
             "retentions": self.retentions,
             "agreements": self.agreements,
+            "divergences": self.divergences,
             "regions": {name: r.to_dict() for name, r in self.regions.items()},
             "first_divergence": None if d is None else d.to_dict(),
         }
@@ -126,12 +150,21 @@ class Auditor:
     Each region is audited against the retention declared for it with :meth:`declare`, or the
     carry's own retention when none was declared (that checks the in-place implementation
     against the stock concatenation of the same policy). ``strict`` raises :class:`AuditError`
-    at the first divergence instead of only recording it.
+    at the first divergence instead of only recording it. ``on_divergence`` is called with each
+    region's first divergence when it is found (before a strict auditor raises): a session logs
+    it and records it in the period's trace; later divergences of the region are only counted.
     """
 
-    def __init__(self, *, enabled: bool = True, strict: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        strict: bool = False,
+        on_divergence: Callable[[Divergence], None] | None = None,
+    ) -> None:
         self.enabled = enabled
         self.strict = strict
+        self.on_divergence = on_divergence
         self._regions: dict[str, _Region] = {}
         self._first: Divergence | None = None
 
@@ -160,6 +193,39 @@ class Auditor:
             return carry.commit(n)
         h = carry.window(n).clone()  # the commit overwrites it
         return self._check(name, carry, h, carry.commit(n))
+
+    def settle(self, name: str, carry: Carry, extent: int, live: Tensor | None = None) -> Tensor:
+        """``carry.settle(extent)``, shadowed by the stock path of the write-through call.
+
+        The operator has written the post-call cache H (``extent`` frames) at the front of the
+        buffer; ``live`` is a copy of ``carry.view()`` taken before it did. With ``live`` the
+        shadow is the stock path whole: the declared concatenation of H's new frames with
+        ``live`` (``cat([new, live])`` newest-first, ``cat([live, new])`` oldest-first), then the
+        stock retention, so an operator that wrote its new frames at the wrong end or over
+        frames it had to keep diverges too. Without it the shadow is the stock retention of H
+        as the operator left it (the carry's in-place retention alone is checked).
+        """
+        if not self.enabled:
+            return carry.settle(extent)
+        written = carry.window(extent - carry.extent)  # H, a view the settle moves frames in
+        if live is None:
+            h = written.clone()
+        else:
+            declared = self._declared(name, carry)
+            dim, old = declared.dim, live.shape[declared.dim]
+            if old != carry.extent:
+                raise ValueError(
+                    f"audit.settle: live has {old} frames, the carry {carry.extent}: pass a copy "
+                    "of carry.view() taken right before the operator wrote into the carry"
+                )
+            n = extent - old
+            pair = (
+                [written.narrow(dim, 0, n), live]
+                if declared.order is Order.NEWEST_FIRST
+                else [live, written.narrow(dim, old, n)]
+            )
+            h = torch.cat(pair, dim=dim)  # a new tensor: the settle cannot move its frames
+        return self._check(name, carry, h, carry.settle(extent))
 
     def reset(self, name: str, carry: Carry) -> Tensor:
         """``carry.reset()``, counted, with the carry's address recorded."""
@@ -202,8 +268,10 @@ class Auditor:
             return actual
         if region.first_divergence is None:
             region.first_divergence = divergence
-        if self._first is None:
-            self._first = divergence
+            if self._first is None:
+                self._first = divergence
+            if self.on_divergence is not None:
+                self.on_divergence(divergence)
         if self.strict:
             raise AuditError(f"carry diverged from the stock retention: {divergence}")
         return actual
@@ -220,6 +288,7 @@ class CarryLike(Protocol):
     def reserve(self, n: int) -> Tensor: ...
     def window(self, n: int) -> Tensor: ...
     def commit(self, n: int) -> Tensor: ...
+    def settle(self, extent: int) -> Tensor: ...
     def reset(self) -> Tensor: ...
     def view(self) -> Tensor: ...
     def data_ptr(self) -> int: ...
@@ -246,6 +315,9 @@ class AuditedCarry:
     def commit(self, n: int) -> Tensor:
         return self.auditor.commit(self.name, self.carry, n)
 
+    def settle(self, extent: int) -> Tensor:
+        return self.auditor.settle(self.name, self.carry, extent)
+
     def reset(self) -> Tensor:
         return self.auditor.reset(self.name, self.carry)
 
@@ -265,6 +337,29 @@ def audited(carry: Carry, name: str, auditor: Auditor | None) -> CarryLike:
     if auditor is None or not auditor.enabled:
         return carry
     return AuditedCarry(carry, name, auditor)
+
+
+def declared_retention(region: Region, env: Mapping[str, int]) -> RetentionRule:
+    """A declared region's retention at operating point ``env`` (``Declaration.values``), as
+    the :class:`RetentionRule` an auditor checks that region's carry against.
+
+    ``prompt_plus_history`` keeps the declared order and counts; a ``sliding_window`` of ``W``
+    is ``RetentionRule(dim, 0, W, OLDEST_FIRST)``. A ``ring`` never trims: nothing to shadow.
+    """
+    retention, dim = region.retention, region.clock_axis
+    if retention.policy is RetentionPolicy.PROMPT_PLUS_HISTORY:
+        assert retention.prompt is not None and retention.history is not None, "validated at load"
+        assert retention.order is not None, "validated at load"
+        return RetentionRule(
+            dim, retention.prompt.evaluate(env), retention.history.evaluate(env), retention.order
+        )
+    if retention.policy is RetentionPolicy.SLIDING_WINDOW:
+        assert retention.window is not None, "validated at load"
+        return RetentionRule(dim, 0, retention.window.evaluate(env), Order.OLDEST_FIRST)
+    raise ValueError(
+        f"region {region.name}: a {retention.policy} retention never trims, so there is no "
+        "stock concatenation to shadow; audit a prompt_plus_history or sliding_window region"
+    )
 
 
 def _bits(t: Tensor) -> Tensor:

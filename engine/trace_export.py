@@ -197,6 +197,8 @@ def csv_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         row.update(replay_totals(record.get("replay", {})))
         loop = record.get("loop", {})
         row.update({f"loop.{k}": v for k, v in loop.items() if not isinstance(v, Mapping | list)})
+        audit = loop.get("audit", {})
+        row.update({f"audit.{k}": v for k, v in audit.items() if not isinstance(v, Mapping | list)})
         row.update(_flat("memory.", record.get("memory", {})))
         for span in record.get("spans", []):
             name = span["name"]

@@ -19,6 +19,14 @@ checked). The stock state is fresh tensors every call, so replay must *stage* it
 memory penalty the paper measures). The conformer caches (tens of MB) keep the stock form in every
 arm. Every arm equals ``eager`` bit for bit; a call the catalog does not list runs eagerly and is
 counted as a miss.
+
+Audit mode (:meth:`FlowStream.set_auditor`, paper §3.6) shadows every retention of the carry
+(each call's settle, an arm switch's retain) with the stock path through
+:class:`~engine.audit.Auditor`: the declared ``cat([new, old])`` and trim beside the in-place
+retention, compared bit for bit; turn resets are counted with the carry's address. The auditor
+reads and copies, never writes what the stream computes, so outputs are the same with audit on
+or off. Only the state-rule arms have a carry to shadow. Off (the default) the stream writes
+the bare carry: no extra op, no allocation.
 """
 
 from __future__ import annotations
@@ -43,9 +51,12 @@ from adapters.token2wav.dit import CFG_BATCH
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.stock import RETAINED_FRAMES, StockStream
 from engine.arms import Arm, Granularity
-from engine.carry import Carry
+from engine.audit import Auditor
+from engine.carry import Carry, RetentionRule
 from engine.contract import Order
 from engine.replay import ReplayEngine, ReplayOp
+
+AUDIT_REGION = "estimator_att"  # the declaration's name of the region the carry holds
 
 
 class FlowStream:
@@ -100,6 +111,7 @@ class FlowStream:
         self._base_cnn = base_cnn
         self.cnn_region = base_cnn.clone()
         self.conformer: FlowCache = dict(self._prompt_conformer)
+        self.auditor: Auditor | None = None  # audit mode off: see set_auditor
         self._arm = arm if arm.state_rule else Arm.S
         self.classes = classes
         self.ops = self._register(classes)
@@ -118,6 +130,23 @@ class FlowStream:
         )
         return att, cnn
 
+    # -- audit mode --------------------------------------------------------------------------
+
+    def set_auditor(self, auditor: Auditor | None, declared: RetentionRule | None = None) -> None:
+        """Shadow every carry write from now on with ``auditor`` (None or disabled: audit off).
+
+        The carry's region is :data:`AUDIT_REGION`; ``declared`` is its retention as the
+        declaration states it (``engine.audit.declared_retention``), which the carry is checked
+        against; without it the carry's own rule is (its in-place moves against the stock
+        concatenation of the same rule). Takes effect at the next write.
+        """
+        if auditor is None or not auditor.enabled:
+            self.auditor = None
+            return
+        if declared is not None:
+            auditor.declare(AUDIT_REGION, declared)
+        self.auditor = auditor
+
     # -- ArmedStream -------------------------------------------------------------------------
 
     @property
@@ -129,7 +158,11 @@ class FlowStream:
         if arm.state_rule and not self._arm.state_rule:
             stock = self._stock()
             att, cnn = envelope_free_state(stock.state, self.n_steps)
-            self.carry.retain(att)  # within the bound: kept whole, written in place
+            # Within the bound: kept whole, written in place.
+            if self.auditor is None:
+                self.carry.retain(att)
+            else:
+                self.auditor.retain(AUDIT_REGION, self.carry, att)
             self.cnn_region.copy_(cnn)
             self.conformer = _conformer(stock.state)
         elif self._arm.state_rule and not arm.state_rule:
@@ -147,7 +180,10 @@ class FlowStream:
         """Turn reset: back to the prompt-only state, in place for the state rule."""
         if self.stock is not None:
             self.stock.reset()
-        self.carry.reset()
+        if self.auditor is None:
+            self.carry.reset()
+        else:
+            self.auditor.reset(AUDIT_REGION, self.carry)
         self.cnn_region.copy_(self._base_cnn)
         self.conformer = dict(self._prompt_conformer)
 
@@ -194,8 +230,10 @@ class FlowStream:
         return mel
 
     def _chunk_state_rule(self, tokens: Tensor, last_chunk: bool) -> Tensor:
-        carry, conf = self.carry, self.conformer
+        carry, conf, auditor = self.carry, self.conformer, self.auditor
         extent = carry.extent
+        # Audit mode: the old cache the stock path would concatenate the new frames with.
+        live = None if auditor is None else carry.view().clone()
         mel: Tensor
         if self._arm.granularity is Granularity.CHUNK:
             mel, cnn, att = self.ops["chunk_carry"](
@@ -220,7 +258,11 @@ class FlowStream:
                 self.prompt_frames,
                 step,
             )
-        carry.settle(extent + call_frames(tokens.shape[1], last_chunk))
+        settled = extent + call_frames(tokens.shape[1], last_chunk)
+        if auditor is None:
+            carry.settle(settled)
+        else:
+            auditor.settle(AUDIT_REGION, carry, settled, live)
         self.conformer = {"conformer_cnn_cache": cnn, "conformer_att_cache": att}
         return mel
 

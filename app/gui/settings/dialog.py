@@ -143,7 +143,9 @@ class SettingsDialog(QDialog):
         form = QFormLayout(box)
         # Qt stores a StrEnum as its plain string: the combo holds values, Arm() reads them back.
         self.arm = _combo([(ARM_HELP[a], a.value) for a in Arm], Arm(s.arm).value)
-        self.audit = QCheckBox("Audit mode (compare replays against eager)")
+        self.audit = QCheckBox(
+            "Audit mode (shadow every carry retention with the stock concatenation; S, SR, SRc)"
+        )
         self.audit.setChecked(s.audit)
         form.addRow("Ablation arm", self.arm)
         form.addRow("", self.audit)
