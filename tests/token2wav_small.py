@@ -46,11 +46,15 @@ def small_flow(
     return flow
 
 
-def token_calls(pattern: list[int | str], seed: int, device: str = "cpu") -> list[tuple]:
+Call = tuple[Tensor | None, bool]
+"""``(tokens [1, n], last_chunk)``, or ``(None, False)`` for a turn reset."""
+
+
+def token_calls(pattern: list[int | str], seed: int, device: str = "cpu") -> list[Call]:
     """Expand a call pattern: an int n is a non-final call of n tokens, ``"last:n"`` a final
     one, ``"reset"`` a turn reset. Returns ``(tokens [1, n] | None, last_chunk)`` items."""
     g = torch.Generator().manual_seed(seed)
-    calls: list[tuple] = []
+    calls: list[Call] = []
     for item in pattern:
         if item == "reset":
             calls.append((None, False))
