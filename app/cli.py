@@ -139,16 +139,27 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
             "weights are seeded random and the assistant's audio is not speech."
         ),
     )
-    parser.add_argument("--headless", action="store_true", help="no window (required for now)")
+    parser.add_argument(
+        "--headless", action="store_true", help="no window (required: the window is `gui`)"
+    )
     parser.add_argument("--input", type=Path, metavar="WAV", help="the user's side (any rate)")
     parser.add_argument("--output", type=Path, metavar="WAV", help="the assistant (24 kHz)")
-    parser.add_argument("--trace", type=Path, metavar="JSON", help="Perfetto trace (.json)")
+    parser.add_argument(
+        "--trace", type=Path, metavar="JSON",
+        help="Perfetto trace (.json); the JSONL (per period) and CSV are written beside it",
+    )  # fmt: skip
     parser.add_argument("--arm", help="eager, S, R, Rc, SR or SRc (default: settings, SRc)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), help="compute device")
     parser.add_argument("--model-size", choices=("auto", "full", "small"), help="Token2Wav size")
-    parser.add_argument("--family", choices=("minicpmo45", "lycheefd"), help="declaration")
+    parser.add_argument(
+        "--family", choices=("minicpmo45", "lycheefd"),
+        help="model family: MiniCPM-o 4.5 (28-token windows) or Lychee-FD (13-token windows)",
+    )  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="a token2wav folder")
-    parser.add_argument("--realtime", action="store_true", help="pace file input to the clock")
+    parser.add_argument(
+        "--realtime", action="store_true",
+        help="pace file input to the wall clock (default: a simulated clock, periods back to back)",
+    )  # fmt: skip
     parser.add_argument("--input-device", metavar="NAME", help="microphone instead of --input")
     parser.add_argument("--output-device", metavar="NAME", help="speaker instead of --output")
     parser.add_argument("--host-api", metavar="NAME", help="audio host API (ALSA, JACK, ...)")
@@ -195,10 +206,18 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "traces (Perfetto JSON, CSV, JSONL) into the user data folder."
         ),
     )
-    parser.add_argument("--seconds", type=int, default=30, help="periods to run (default 30)")
+    parser.add_argument(
+        "--seconds", type=int, default=30, metavar="N", help="run N one-second periods (default 30)"
+    )
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
-    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for the files")
+    parser.add_argument(
+        "--device", choices=("auto", "cuda", "cpu"), default="auto",
+        help="compute device (default auto: CUDA when present)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="folder for the files (default: the demo folder in the user data folder)",
+    )  # fmt: skip
     parser.set_defaults(run=_run_demo)
 
 

@@ -15,6 +15,7 @@ exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``)
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import math
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,9 +34,20 @@ from engine.arms import Arm
 from engine.duplex import PeriodOutcome, Phase
 from engine.trace import check_trace_path
 
-__all__ = ["DRAIN_PERIODS", "ConverseError", "ConverseRequest", "check_request", "converse"]
+if TYPE_CHECKING:
+    from app.session import Session  # imports torch: only where a session is built
 
-DRAIN_PERIODS = 15
+__all__ = [
+    "DRAIN_PERIODS",
+    "ConverseError",
+    "ConverseRequest",
+    "check_request",
+    "converse",
+    "request_from_args",
+    "summarize",
+]
+
+DRAIN_PERIODS = 15  # at most this many silent periods after the input ends, to finish an answer
 
 
 class ConverseError(ValueError):
@@ -84,8 +96,9 @@ def check_request(req: ConverseRequest) -> None:
     except ValueError as error:  # TraceError and path errors are ValueErrors
         raise ConverseError(str(error)) from None
     if req.record_audio is not None and not req.record_audio.parent.is_dir():
+        parent = req.record_audio.parent
         raise ConverseError(
-            f"--record-audio {req.record_audio}: its parent folder does not exist; create it"
+            f"--record-audio {req.record_audio}: folder {parent} does not exist: mkdir -p {parent}"
         )
     if req.seconds is not None and req.seconds < 1:
         raise ConverseError(f"--seconds {req.seconds}: run at least one period")
@@ -106,8 +119,10 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
         stack.callback(session.close)
         source = _source(req, session.input_rate, stack)
         sink = _sink(req, session.output_rate, stack)
-        if req.settings.echo_cancel and hasattr(source, "enable_echo_cancel"):
-            source.enable_echo_cancel(sink)  # both devices: cancel our playback from the mic
+        if req.settings.echo_cancel:
+            from app.audio import cancel_playback_echo
+
+            cancel_playback_echo(source, sink)
         recorders = _recorders(req, session.input_rate, session.output_rate, stack)
         bar = _Bar(_expected_periods(req, source, session)) if req.progress else None
         try:
@@ -123,7 +138,7 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
 
 
 def _run(
-    session: Any,
+    session: Session,
     source: PeriodSource,
     sink: PeriodSink,
     recorders: tuple[WavSink, WavSink] | None,
@@ -151,7 +166,7 @@ def _run(
             bar.update(outcome)
 
 
-def _answer_pending(session: Any, outcomes: list[PeriodOutcome], drained: int) -> bool:
+def _answer_pending(session: Session, outcomes: list[PeriodOutcome], drained: int) -> bool:
     if drained >= DRAIN_PERIODS or not outcomes:
         return False
     return bool(outcomes[-1].phase is Phase.SPEAK or session.loop.windower.in_turn)
@@ -167,10 +182,7 @@ def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:
 
     settings = req.settings
     device = DeviceSource(settings.input_device, rate=rate, host_api=settings.host_api)
-    device.start()
-    stack.callback(device.close)
-    source: PeriodSource = device
-    return source
+    return stack.enter_context(device)  # started now, closed when the conversation ends
 
 
 def _sink(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSink:
@@ -182,10 +194,7 @@ def _sink(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSink:
 
     settings = req.settings
     device = DeviceSink(settings.output_device, rate=rate, host_api=settings.host_api)
-    device.start()
-    stack.callback(device.close)
-    sink: PeriodSink = device
-    return sink
+    return stack.enter_context(device)
 
 
 def _recorders(
@@ -211,7 +220,7 @@ def _device_stats(**streams: object) -> dict[str, Any]:
     return {"audio": stats} if stats else {}
 
 
-def _expected_periods(req: ConverseRequest, source: PeriodSource, session: Any) -> int | None:
+def _expected_periods(req: ConverseRequest, source: PeriodSource, session: Session) -> int | None:
     """Periods the bar counts to: ``--seconds``, else the file's (a drain may add a few)."""
     if req.seconds is not None:
         return req.seconds
@@ -220,7 +229,9 @@ def _expected_periods(req: ConverseRequest, source: PeriodSource, session: Any) 
     return None
 
 
-def _finish(req: ConverseRequest, session: Any, outcomes: list[PeriodOutcome]) -> dict[str, Any]:
+def _finish(
+    req: ConverseRequest, session: Session, outcomes: list[PeriodOutcome]
+) -> dict[str, Any]:
     from engine.trace_export import export_csv, export_perfetto
 
     files: dict[str, str] = {}
@@ -299,7 +310,7 @@ class _Bar:
         sys.stderr.write(f"\nconverse: stopped after {self.done} periods (Ctrl-C)\n")
 
 
-def request_from_args(args: Any) -> ConverseRequest:
+def request_from_args(args: argparse.Namespace) -> ConverseRequest:
     """The request the ``converse`` subcommand's arguments describe (settings file + flags)."""
     from app.settings import load_settings
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
+from app.periods import write_wav
+
 TALK = Path(__file__).resolve().parents[1] / "assets" / "talk"
 UTTERANCES = {
     "question": "hello there, could you tell me what the weather will be like tomorrow",
@@ -32,7 +34,7 @@ def talk(seconds: int, seed: int = 0) -> np.ndarray:
     """``seconds`` s of the user's side at 16 kHz: the seeded schedule over the utterances."""
     import soundfile
 
-    clips = {}
+    clips: dict[str, np.ndarray] = {}
     for name in UTTERANCES:
         path = TALK / f"{name}.flac"
         if not path.is_file():
@@ -59,11 +61,6 @@ def talk_periods(periods: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def write_talk(path: Path, seconds: int, seed: int = 0) -> Path:
-    """The talk as a 16-bit WAV at ``path`` (written whole, then renamed into place)."""
-    import soundfile
-
+    """The talk as a 16-bit WAV at ``path`` (its folder created; written atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    soundfile.write(tmp, talk(seconds, seed), RATE, subtype="PCM_16", format="WAV")
-    tmp.replace(path)
-    return path
+    return write_wav(path, talk(seconds, seed), RATE)

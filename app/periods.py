@@ -7,20 +7,31 @@ to the same protocols structurally, so the headless command and the app run one 
 ``WavSource`` resamples with ``soxr`` (whole file, once, at open) and pads the last period with
 silence; with ``realtime=True`` it hands out each period no earlier than the wall clock allows
 (as a microphone would), else as fast as the loop asks (a simulated clock). ``WavSink`` collects
-periods in memory and writes the WAV atomically (temp file + rename) on ``close``.
+periods in memory and writes the WAV on ``close`` with :func:`engine.files.atomic_write`: a
+temporary file in the destination folder, flushed, then renamed over the name, so a crash midway
+never leaves a half file and never damages an earlier file of the same name.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import numpy as np
 
-__all__ = ["PeriodSink", "PeriodSource", "SilenceSource", "WavSink", "WavSource", "write_wav"]
+from engine.files import atomic_write
+
+__all__ = [
+    "PeriodSink",
+    "PeriodSource",
+    "SilenceSource",
+    "WavSink",
+    "WavSource",
+    "check_wav_path",
+    "write_wav",
+]
 
 
 class PeriodSource(Protocol):
@@ -153,17 +164,13 @@ def check_wav_path(path: Path) -> None:
 
 
 def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
-    """A 16-bit mono WAV, written to a temp file in the folder and renamed over ``path``."""
+    """``samples`` (float, clipped to [-1, 1]; or int16) as a 16-bit mono WAV, atomically."""
     import soundfile
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        clipped = np.clip(np.asarray(samples, np.float32), -1.0, 1.0)
-        soundfile.write(tmp, clipped, rate, subtype="PCM_16", format="WAV")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a recording is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if samples.dtype != np.int16:
+        samples = np.clip(np.asarray(samples, np.float32), -1.0, 1.0)
+
+    def write(f: IO[bytes]) -> None:
+        soundfile.write(f, samples, rate, subtype="PCM_16", format="WAV")
+
+    return atomic_write(path, write)

@@ -14,8 +14,6 @@ trace header carries (``Settings.to_dict``).
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import yaml
 
 from engine.arms import Arm
+from engine.files import atomic_write
 
 __all__ = [
     "DEVICES",
@@ -193,16 +192,7 @@ def save_settings(s: Settings, path: Path | None = None) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         text = "# DuplexCadence settings (written by the app; edit while it is closed)\n"
         text += yaml.safe_dump(s.to_dict(), sort_keys=False, allow_unicode=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda f: f.write(text), text=True)
     except OSError as error:
         raise SettingsError(
             f"cannot write settings to {path} ({error}): make {path.parent} writable"

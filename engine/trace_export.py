@@ -19,12 +19,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from engine.cadence import replay_totals
+from engine.files import atomic_write
 from engine.trace import TraceError, read_trace
 
 __all__ = [
@@ -146,24 +146,7 @@ def _atomic_write(out: Path, suffix: str, write: Callable[[IO[str]], None]) -> P
         raise TraceError(f"export path {out} must end in {suffix}: use {out.with_suffix(suffix)}")
     if not out.parent.is_dir():
         raise TraceError(f"export folder {out.parent} does not exist: create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; an export is a normal file
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return atomic_write(out, write, text=True)
 
 
 def write_chrome_trace(obj: Mapping[str, Any], out: str | os.PathLike[str]) -> Path:

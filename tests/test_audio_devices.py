@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from app.audio import AudioError, DeviceInfo, DeviceSink, DeviceSource, match_device
+from app.audio import (
+    AudioError,
+    DeviceInfo,
+    DeviceSink,
+    DeviceSource,
+    cancel_playback_echo,
+    match_device,
+)
 from app.audio.echo import INSTALL_HINT, _webrtc, echo_available
+from app.periods import SilenceSource, WavSink
 
 MIC = DeviceInfo("USB Headset Mic", "ALSA", 0, 1, 0, 48000.0)
 HEADSET = DeviceInfo("USB Headset", "ALSA", 1, 1, 2, 48000.0)
@@ -79,6 +88,12 @@ def test_echo_cancellation_absent_names_the_package() -> None:
         _webrtc()
     assert "pip install pywebrtc-audio" in str(info.value)
     assert "pip install pywebrtc-audio" in INSTALL_HINT
+
+
+def test_echo_is_cancelled_only_between_two_devices(tmp_path: Path) -> None:
+    # A file on either end has no acoustic path: nothing is opened, nothing raises.
+    assert not cancel_playback_echo(DeviceSource(None), WavSink(tmp_path / "out.wav", 24000))
+    assert not cancel_playback_echo(SilenceSource(), DeviceSink(None))
 
 
 def test_constructor_arguments_are_checked_early() -> None:

@@ -17,7 +17,7 @@ from app.audio.devices import (
     match_device,
     refresh_devices,
 )
-from app.audio.echo import EchoCanceller, echo_available
+from app.audio.echo import EchoCanceller, cancel_playback_echo, echo_available
 from app.audio.jitter import JitterBuffer
 from app.audio.rings import SILENCE_DBFS, Ring, peak_dbfs
 from app.audio.sink import DeviceSink
@@ -33,6 +33,7 @@ __all__ = [
     "EchoCanceller",
     "JitterBuffer",
     "Ring",
+    "cancel_playback_echo",
     "echo_available",
     "find_device",
     "list_devices",

@@ -104,10 +104,3 @@ class JitterBuffer:
             self._decay_pos += k
             start += k
         out[start:] = 0.0
-
-    def clear(self) -> None:
-        """Drop everything queued and stop (barge-in: the user interrupted). Stream stopped only."""
-        self.ring.reset()
-        self.playing = False
-        self._hold, self._decay_pos, self._rise_pos, self._waited = 0.0, self.fade, self.fade, 0
-        self._last, self._flush = 0.0, False

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -79,11 +79,6 @@ class DeviceStream:
         raise NotImplementedError
 
     # -- life cycle -----------------------------------------------------------------------
-    @property
-    def rate(self) -> float:
-        """The device's own sample rate (0 before start)."""
-        return self.stats.rate
-
     def start(self) -> None:
         """Open the device and start the stream; AudioError naming the fix when it cannot."""
         with self._lock:
@@ -170,6 +165,13 @@ class DeviceStream:
                 closer = threading.Thread(target=_close_quietly, args=(stream,), daemon=True)
                 closer.start()
                 closer.join(CLOSE_WAIT_S)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def reopen(self) -> None:
         """Close, look the device up again, restart (after ``stats.lost``); AudioError if gone."""

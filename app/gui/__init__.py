@@ -33,10 +33,12 @@ def display_available() -> bool:
 
 
 def no_display_message() -> str:
+    """What to do instead, for a launch with no display to open the window on."""
     return (
         "duplexcadence gui: no display (DISPLAY and WAYLAND_DISPLAY are unset). Run it in a "
         "desktop session, under a virtual display (xvfb-run -a duplexcadence gui), or converse "
-        "without a window: duplexcadence converse --headless --input in.wav --output out.wav"
+        "without a window: duplexcadence demo (the shipped talk), or duplexcadence converse "
+        "--headless --input in.wav --output out.wav"
     )
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.gui.engine.routes import AudioRoute
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
 
 __all__ = ["build_parser", "create_application", "run"]
 
@@ -19,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--input-wav", type=Path, metavar="WAV",
-        help="use this sound file as the microphone (a demo without a microphone)",
+        help="use this sound file (any rate) as the microphone, e.g. to converse without one",
     )  # fmt: skip
     parser.add_argument(
         "--no-realtime", action="store_true",
@@ -27,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--output", choices=("device", "none"), default="device",
-        help="play the assistant on the output device (default) or only record it",
+        help="play the assistant on the output device (default), or only record it for export",
     )  # fmt: skip
     parser.add_argument(
         "--settings", type=Path, metavar="YAML",
@@ -37,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def create_application(argv: list[str]) -> object:
+def create_application(argv: list[str]) -> QApplication:
     """The QApplication (created once per process), named and styled."""
     from PySide6.QtWidgets import QApplication
 
@@ -55,20 +59,21 @@ def create_application(argv: list[str]) -> object:
     QApplication.setOrganizationName("DuplexCadence")
     QApplication.setApplicationDisplayName("DuplexCadence")
     QApplication.setDesktopFileName("io.github.duplexcadence.DuplexCadence")
-    assert isinstance(app, QApplication)
+    assert isinstance(app, QApplication), (
+        f"this process already runs a {type(app).__name__}: the app needs a QApplication"
+    )
     theme.apply(app)
     _set_icon(app)
     return app
 
 
-def _set_icon(app: object) -> None:
+def _set_icon(app: QApplication) -> None:
     """The packaged icon, when the packaging step has rendered one (optional)."""
     from PySide6.QtGui import QIcon
-    from PySide6.QtWidgets import QApplication
 
     folder = Path(__file__).resolve().parents[2] / "assets" / "icons"
     for name in ("duplexcadence.svg", "io.github.duplexcadence.DuplexCadence.svg", "256.png"):
-        if (folder / name).is_file() and isinstance(app, QApplication):
+        if (folder / name).is_file():
             app.setWindowIcon(QIcon(str(folder / name)))
             return
 
@@ -90,5 +95,4 @@ def run(argv: list[str]) -> int:
     window.show()
     if args.start:
         window.start_conversation()
-    status: int = app.exec()  # type: ignore[attr-defined]
-    return status
+    return app.exec()

@@ -21,8 +21,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.gui.window.main_window import MainWindow
 
 __all__ = ["main", "spoken_conversation"]
 
@@ -74,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _wait(app: object, seconds: float) -> None:
+def _wait(seconds: float) -> None:
+    """Run the event loop for ``seconds`` (the window paints, the engine reports)."""
     from PySide6.QtCore import QEventLoop, QTimer
 
     loop = QEventLoop()
@@ -82,23 +87,21 @@ def _wait(app: object, seconds: float) -> None:
     loop.exec()
 
 
-def _converse(window: object, app: object, periods: int) -> None:
+def _converse(window: MainWindow, periods: int) -> None:
     """Run the conversation; switch arms on the way; return once the assistant speaks."""
-    from app.gui.window.main_window import MainWindow
     from engine.arms import Arm
 
-    assert isinstance(window, MainWindow)
     window.start_conversation()
     deadline = time.monotonic() + 120 + periods * 2
     switches = {periods // 3: Arm.EAGER, (2 * periods) // 3: Arm.SRC}
     while time.monotonic() < deadline:
-        _wait(app, 0.1)
+        _wait(0.1)
         done = len(window.panel.history)
         if done in switches:
             window.switch_arm(switches.pop(done))
         last = window.panel.history.last
         if done >= periods and last is not None and last.phase == "speak":
-            _wait(app, 0.3)  # let the meters and the lamp settle on this period
+            _wait(0.3)  # let the meters and the lamp settle on this period
             return
         if window.controller.state.value == "idle" and done:
             return  # the input ended first: shoot what there is
@@ -121,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XDG_DATA_HOME"] = str(tmp / "data")
         wav = args.input_wav or spoken_conversation(tmp / "talk.wav")
         settings_file = save_settings(Settings(model_size="small"), tmp / "settings.yaml")
-        app = create_application([])
+        create_application([])  # PySide6 keeps the QApplication alive for the process
         route = AudioRoute(input_wav=wav, realtime=True, output="none")
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
         window.resize(width, height)
         window.show()
-        _wait(app, 0.5)
-        _converse(window, app, args.periods)
+        _wait(0.5)
+        _converse(window, args.periods)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         image = window.grab()
         if not image.save(str(args.out)):

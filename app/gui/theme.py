@@ -7,7 +7,7 @@ agree (speaking is always amber, listening always blue, the budget line always r
 from __future__ import annotations
 
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 
 BACKGROUND = "#17191d"
 PANEL = "#1f2228"
@@ -104,3 +104,10 @@ def apply(app: QApplication) -> None:
     app.setPalette(palette())
     app.setStyleSheet(_STYLE)
     pyqtgraph.setConfigOptions(background=PANEL, foreground=TEXT_DIM, antialias=True)
+
+
+def card_title(text: str) -> QLabel:
+    """A card's small upper-case heading (styled by ``QLabel#cardTitle`` above)."""
+    label = QLabel(text.upper())
+    label.setObjectName("cardTitle")
+    return label

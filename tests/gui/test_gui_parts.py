@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.audio.rings import SILENCE_DBFS, peak_dbfs
 from app.gui.engine.feed import Feed, PeriodView, stage_ms
-from app.gui.engine.levels import FLOOR_DB, EnvelopeLevel, peak_db
+from app.gui.engine.levels import EnvelopeLevel
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.export.writers import ExportError, ExportKind, export_session
 from app.gui.live.plots import nice_ceiling, nice_range
@@ -32,11 +33,11 @@ def test_envelope_plays_block_peaks_against_the_clock() -> None:
     samples = np.zeros(1000, dtype=np.float32)
     samples[250] = 0.5  # in the third 100 ms block
     env.feed(samples)
-    assert env.level_db() == FLOOR_DB
+    assert env.level_db() == SILENCE_DBFS
     now[0] += 0.25
-    assert env.level_db() == pytest.approx(peak_db(np.array([0.5])))
+    assert env.level_db() == pytest.approx(peak_dbfs(np.array([0.5])))
     now[0] += 2.0  # past the chunk: silence
-    assert env.level_db() == FLOOR_DB
+    assert env.level_db() == SILENCE_DBFS
     for _ in range(10):  # fed faster than real time: the backlog never exceeds max_lag_s
         env.feed(samples)
     assert len(env._blocks) <= 30

@@ -11,16 +11,17 @@ from __future__ import annotations
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.audio.rings import SILENCE_DBFS
 from app.gui.collector import collect_and_freeze
 from app.gui.engine.feed import Feed
-from app.gui.engine.levels import FLOOR_DB
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute
 from app.gui.engine.worker import EngineThread, SessionInfo
+from app.settings import Settings
+from engine.arms import Arm
 
 __all__ = ["EngineController", "EngineState", "default_sessions_dir"]
 
@@ -37,6 +38,17 @@ def default_sessions_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("duplexcadence")) / "sessions"
+
+
+def _new_trace_path(folder: Path) -> Path:
+    """``folder/session-<date>-<time>.jsonl`` (folder created), never an existing file's name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    trace = folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl")
+    suffix = 1
+    while trace.exists():  # two starts in one second: never clobber a trace
+        trace = folder / time.strftime(f"session-%Y%m%d-%H%M%S-{suffix}.jsonl")
+        suffix += 1
+    return trace
 
 
 class EngineController(QObject):
@@ -64,17 +76,11 @@ class EngineController(QObject):
 
     # -- commands (GUI thread) ---------------------------------------------------------------
 
-    def start(self, settings: Any, route: AudioRoute) -> None:
+    def start(self, settings: Settings, route: AudioRoute) -> None:
         """Build and run a session on a new engine thread; progress and readiness by signal."""
         if self.state is not EngineState.IDLE:
             raise RuntimeError(f"a conversation is {self.state.value}: stop it before starting")
-        folder = self._sessions_dir or default_sessions_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        self.trace = folder / time.strftime("session-%Y%m%d-%H%M%S.jsonl")
-        suffix = 1
-        while self.trace.exists():  # two starts in one second: never clobber a trace
-            self.trace = folder / time.strftime(f"session-%Y%m%d-%H%M%S-{suffix}.jsonl")
-            suffix += 1
+        self.trace = _new_trace_path(self._sessions_dir or default_sessions_dir())
         self.info, self._recorder = None, None
         self.feed.clear()
         thread = EngineThread(settings, route, self.trace, self.feed, parent=self)
@@ -93,7 +99,7 @@ class EngineController(QObject):
             self._thread.request_stop()
             self._set_state(EngineState.STOPPING)
 
-    def request_arm(self, arm: Any) -> None:
+    def request_arm(self, arm: Arm) -> None:
         """Switch the arm at the next period of the running session (no-op when idle)."""
         if self._thread is not None:
             self._thread.request_arm(arm)
@@ -123,11 +129,11 @@ class EngineController(QObject):
         """(input, output) meter levels in dBFS now; the floor when no session runs."""
         thread = self._thread
         if thread is None or self.state is not EngineState.RUNNING:
-            return FLOOR_DB, FLOOR_DB
+            return SILENCE_DBFS, SILENCE_DBFS
         inp, out = thread.input_level, thread.output_level
         return (
-            inp.level_db() if inp is not None else FLOOR_DB,
-            out.level_db() if out is not None else FLOOR_DB,
+            inp.level_db() if inp is not None else SILENCE_DBFS,
+            out.level_db() if out is not None else SILENCE_DBFS,
         )
 
     # -- engine thread reports (queued to the GUI thread) ----------------------------------

@@ -13,9 +13,12 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.cadence import replay_totals
+
+if TYPE_CHECKING:
+    from engine.duplex import PeriodOutcome  # imports torch: the GUI thread only reads views
 
 __all__ = ["STAGES", "Feed", "PeriodView", "stage_ms"]
 
@@ -67,8 +70,8 @@ class PeriodView:
     barge_in: bool = False
 
     @classmethod
-    def from_outcome(cls, outcome: Any) -> PeriodView:
-        """Copy what the GUI needs out of an ``engine.duplex.PeriodOutcome``."""
+    def from_outcome(cls, outcome: PeriodOutcome) -> PeriodView:
+        """Copy what the GUI needs out of a period's outcome (engine thread)."""
         record = outcome.record
         switches = [e for e in record.events if e.get("kind") == "arm_switch"]
         return cls(
@@ -78,13 +81,13 @@ class PeriodView:
             budget_ms=float(record.period_s) * 1e3,
             over_budget=bool(record.over_budget),
             arm=str(record.arm),
-            phase=str(getattr(outcome.phase, "value", outcome.phase)),
+            phase=outcome.phase.value,
             voice_prob=float(outcome.voice_prob),
             replay=dict(replay_totals(record.replay)),
             memory={str(k): int(v) for k, v in record.memory.items()},
             stages_ms=stage_ms(record.spans),
             arm_switch=str(switches[-1].get("detail") or record.arm) if switches else None,
-            barge_in=bool(getattr(record, "loop", {}).get("barge_in", False)),
+            barge_in=bool(record.loop.get("barge_in", False)),
         )
 
 

@@ -2,8 +2,9 @@
 
 Two kinds of reader, one protocol (:class:`LevelReader`):
 
-* :class:`AttributeLevel` reads a device stream's ``level`` (peak dBFS of its last block, a
-  float the PortAudio callback updates); a float read is atomic, so no lock and no ring access.
+* :class:`AttributeLevel` reads a device stream's ``level``: the peak of the last block, which
+  the PortAudio callback copies aside (never a ring) and the reader measures. No lock: a read
+  that races the callback's copy mixes two blocks for one frame, which no meter can show.
 * :class:`EnvelopeLevel` serves sources and sinks without a ``level`` (WAV files, the null
   sink): the engine thread feeds each period's samples, the reader keeps their 20 ms block peaks
   and plays them back against the wall clock, so a whole period does not show as one flash.
@@ -22,17 +23,9 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["FLOOR_DB", "AttributeLevel", "EnvelopeLevel", "LevelReader", "peak_db"]
+from app.audio.rings import SILENCE_DBFS, peak_dbfs
 
-FLOOR_DB = -90.0
-
-
-def peak_db(samples: np.ndarray) -> float:
-    """Peak level of float samples in dBFS (1.0 = 0 dBFS), floored at ``FLOOR_DB``."""
-    if samples.size == 0:
-        return FLOOR_DB
-    peak = float(np.max(np.abs(samples)))
-    return max(FLOOR_DB, 20.0 * math.log10(peak)) if peak > 0 else FLOOR_DB
+__all__ = ["AttributeLevel", "EnvelopeLevel", "LevelReader"]
 
 
 class LevelReader(Protocol):
@@ -46,12 +39,12 @@ class AttributeLevel:
         self._stream = stream
 
     def level_db(self) -> float:
-        value = getattr(self._stream, "level", FLOOR_DB)
+        value = getattr(self._stream, "level", SILENCE_DBFS)
         try:
             level = float(value)
         except (TypeError, ValueError):
-            return FLOOR_DB
-        return level if math.isfinite(level) else FLOOR_DB
+            return SILENCE_DBFS
+        return level if math.isfinite(level) else SILENCE_DBFS
 
 
 class EnvelopeLevel:
@@ -76,7 +69,7 @@ class EnvelopeLevel:
         """Queue one chunk's block peaks to play from the end of the previous chunk (or now)."""
         flat = np.asarray(samples, dtype=np.float32).reshape(-1)
         usable = flat.size - flat.size % self._block
-        peaks = np.abs(flat[:usable]).reshape(-1, self._block).max(axis=1) if usable else []
+        levels = [peak_dbfs(block) for block in flat[:usable].reshape(-1, self._block)]
         with self._lock:
             now = self._clock()
             if now <= self._end <= now + self._max_lag_s:
@@ -84,9 +77,8 @@ class EnvelopeLevel:
             else:  # idle, or too far behind: drop the backlog and play from now
                 self._blocks.clear()
                 start = now
-            for peak in peaks:
-                db = 20.0 * math.log10(float(peak)) if peak > 0 else FLOOR_DB
-                self._blocks.append((start, max(FLOOR_DB, db)))
+            for db in levels:
+                self._blocks.append((start, db))
                 start += self._block_s
             self._end = start
 
@@ -97,10 +89,10 @@ class EnvelopeLevel:
             while len(self._blocks) > 1 and self._blocks[1][0] <= now:
                 self._blocks.popleft()
             if not self._blocks:
-                return FLOOR_DB
+                return SILENCE_DBFS
             start, db = self._blocks[0]
             if start > now or now >= start + self._block_s:
-                return FLOOR_DB
+                return SILENCE_DBFS
             return db
 
     def clear(self) -> None:

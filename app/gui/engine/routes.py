@@ -9,23 +9,17 @@ way to converse on a machine without a microphone.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TypeVar
 
 import numpy as np
 
 from app.gui.engine.levels import AttributeLevel, EnvelopeLevel, LevelReader
+from app.periods import PeriodSink, PeriodSource, WavSource
+from app.settings import Settings
 
 __all__ = ["AudioRoute", "NullSink", "OpenedAudio", "open_audio"]
-
-
-class _Source(Protocol):
-    def read_period(self, samples: int, timeout: float | None = None) -> np.ndarray | None: ...
-
-
-class _Sink(Protocol):
-    def write(self, pcm: np.ndarray) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -55,20 +49,27 @@ class NullSink:
 
 @dataclass
 class OpenedAudio:
-    """An open source and sink with a level reader for each meter."""
+    """An open source and sink with a level reader for each meter.
 
-    source: _Source
-    sink: _Sink
+    A device measures its own level; a file or the null sink has an envelope instead, which
+    the engine thread feeds each period's samples (``feed_levels``).
+    """
+
+    source: PeriodSource
+    sink: PeriodSink
     input_label: str
     output_label: str
     input_level: LevelReader
     output_level: LevelReader
-    _envelopes: list[tuple[str, EnvelopeLevel]] = field(default_factory=list)
+    input_envelope: EnvelopeLevel | None = None
+    output_envelope: EnvelopeLevel | None = None
 
     def feed_levels(self, mic: np.ndarray, pcm: np.ndarray) -> None:
-        """Give file/null routes their meter envelopes (device routes measure themselves)."""
-        for channel, envelope in self._envelopes:
-            envelope.feed(mic if channel == "input" else pcm)
+        """Feed the envelopes of the ends that do not measure themselves (engine thread)."""
+        if self.input_envelope is not None:
+            self.input_envelope.feed(mic)
+        if self.output_envelope is not None:
+            self.output_envelope.feed(pcm)
 
     def interrupt(self) -> None:
         """Barge-in: a device sink drops its queued audio, fading out (others have none)."""
@@ -78,65 +79,72 @@ class OpenedAudio:
 
     def close(self) -> None:
         """Close both ends, sink first (it may still be draining); never raises."""
-        for end in (self.sink, self.source):
-            close = getattr(end, "close", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    close()
+        _close_quietly(self.sink, self.source)
 
 
-def _start(end: Any) -> None:
-    start = getattr(end, "start", None)
-    if start is not None:
-        start()
+def _close_quietly(*ends: object) -> None:
+    """Close what has a ``close`` (devices; a WAV source has nothing to close), in order."""
+    for end in ends:
+        close = getattr(end, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
 
-def _open_input(route: AudioRoute, settings: Any, rate: int) -> tuple[Any, str, LevelReader | None]:
+_End = TypeVar("_End")
+_Opened = tuple[_End, str, LevelReader | None]  # the end, its label, its own meter if it has one
+
+
+def _open_input(route: AudioRoute, settings: Settings, rate: int) -> _Opened[PeriodSource]:
     if route.input_wav is not None:
-        from app.periods import WavSource
-
         if not Path(route.input_wav).is_file():
             raise FileNotFoundError(f"input WAV {route.input_wav} does not exist: pass a .wav file")
         return WavSource(route.input_wav, rate, realtime=route.realtime), route.input_wav.name, None
     from app.audio import DeviceSource
 
     source = DeviceSource(settings.input_device, rate=rate, host_api=settings.host_api)
-    _start(source)
+    source.start()
     return source, settings.input_device or "system default", AttributeLevel(source)
 
 
-def _open_output(
-    route: AudioRoute, settings: Any, rate: int
-) -> tuple[Any, str, LevelReader | None]:
+def _open_output(route: AudioRoute, settings: Settings, rate: int) -> _Opened[PeriodSink]:
     if route.output == "none":
         return NullSink(), "recorded only", None
     from app.audio import DeviceSink
 
     sink = DeviceSink(settings.output_device, rate=rate, host_api=settings.host_api)
-    _start(sink)
+    sink.start()
     return sink, settings.output_device or "system default", AttributeLevel(sink)
 
 
-def open_audio(route: AudioRoute, settings: Any, input_rate: int, output_rate: int) -> OpenedAudio:
+def open_audio(
+    route: AudioRoute, settings: Settings, input_rate: int, output_rate: int
+) -> OpenedAudio:
     """Open the route's source and sink (engine thread); a failure closes what was opened."""
     source, in_label, in_level = _open_input(route, settings, input_rate)
     try:
         sink, out_label, out_level = _open_output(route, settings, output_rate)
     except BaseException:
-        with contextlib.suppress(Exception):
-            getattr(source, "close", lambda: None)()
+        _close_quietly(source)
         raise
-    if settings.echo_cancel and hasattr(source, "enable_echo_cancel") and out_level is not None:
-        try:  # both ends are devices: cancel our own playback from the microphone
-            source.enable_echo_cancel(sink)
+    if settings.echo_cancel:
+        from app.audio import cancel_playback_echo
+
+        try:
+            cancel_playback_echo(source, sink)
         except BaseException:
-            OpenedAudio(source, sink, in_label, out_label, out_level, out_level).close()
+            _close_quietly(sink, source)
             raise
-    envelopes: list[tuple[str, EnvelopeLevel]] = []
-    if in_level is None:
-        envelopes.append(("input", EnvelopeLevel(input_rate)))
-        in_level = envelopes[-1][1]
-    if out_level is None:
-        envelopes.append(("output", EnvelopeLevel(output_rate)))
-        out_level = envelopes[-1][1]
-    return OpenedAudio(source, sink, in_label, out_label, in_level, out_level, envelopes)
+    in_level, in_envelope = _meter(in_level, input_rate)
+    out_level, out_envelope = _meter(out_level, output_rate)
+    return OpenedAudio(
+        source, sink, in_label, out_label, in_level, out_level, in_envelope, out_envelope
+    )
+
+
+def _meter(own: LevelReader | None, rate: int) -> tuple[LevelReader, EnvelopeLevel | None]:
+    """An end's own level reader, else a new envelope to feed (returned twice: read and fed)."""
+    if own is not None:
+        return own, None
+    envelope = EnvelopeLevel(rate)
+    return envelope, envelope

@@ -22,7 +22,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal
 
@@ -30,6 +30,11 @@ from app.gui.engine.feed import Feed, PeriodView
 from app.gui.engine.levels import LevelReader
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
+from app.settings import Settings
+from engine.arms import Arm
+
+if TYPE_CHECKING:
+    from app.session import Session
 
 __all__ = ["EngineThread", "SessionInfo", "describe_error"]
 
@@ -77,7 +82,7 @@ class EngineThread(QThread):
     """Builds a session from settings, then runs it period by period until stopped.
 
     Args:
-        settings: an ``app.settings.Settings`` (read on this thread only).
+        settings: what to build (read on this thread only).
         route: where the audio comes from and goes to.
         trace: the session's JSONL trace path (None: no trace, and no trace export).
         feed: where period views go for the GUI.
@@ -91,7 +96,7 @@ class EngineThread(QThread):
 
     def __init__(
         self,
-        settings: Any,
+        settings: Settings,
         route: AudioRoute,
         trace: Path | None,
         feed: Feed,
@@ -107,8 +112,8 @@ class EngineThread(QThread):
         self.output_level: LevelReader | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._session: Any = None
-        self._pending_arm: Any = None
+        self._session: Session | None = None
+        self._pending_arm: Arm | None = None
         self._push_to_talk_held = False
 
     # -- any thread ------------------------------------------------------------------------
@@ -117,7 +122,7 @@ class EngineThread(QThread):
         """Ask the loop to end after the period in flight (or right after the build)."""
         self._stop.set()
 
-    def request_arm(self, arm: Any) -> None:
+    def request_arm(self, arm: Arm) -> None:
         """Switch the ablation arm at the next period (held until the session exists)."""
         with self._lock:
             if self._session is not None:
@@ -135,7 +140,7 @@ class EngineThread(QThread):
     # -- engine thread ---------------------------------------------------------------------
 
     def run(self) -> None:
-        session: Any = None
+        session: Session | None = None
         audio: OpenedAudio | None = None
         reason = "failed"
         try:
@@ -148,7 +153,7 @@ class EngineThread(QThread):
             self.recorder = AudioRecorder(session.input_rate, session.output_rate)
             self._publish(session)
             self.ready.emit(self._info(session, audio))
-            reason = self._loop(session, audio)
+            reason = self._loop(session, audio, self.recorder)
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
             self.failed.emit(describe_error(exc))
@@ -161,7 +166,7 @@ class EngineThread(QThread):
                 session.close()
             self.ended.emit(reason)
 
-    def _build(self) -> Any:
+    def _build(self) -> Session | None:
         from app.session import build_session  # torch loads here, on this thread, never the GUI's
 
         _freeze_imports()
@@ -171,7 +176,7 @@ class EngineThread(QThread):
             return None
         return session
 
-    def _publish(self, session: Any) -> None:
+    def _publish(self, session: Session) -> None:
         """Make the session reachable from other threads and apply what they asked meanwhile."""
         with self._lock:
             self._session = session
@@ -181,10 +186,8 @@ class EngineThread(QThread):
             if self._push_to_talk_held:
                 session.set_push_to_talk(True)
 
-    def _loop(self, session: Any, audio: OpenedAudio) -> str:
+    def _loop(self, session: Session, audio: OpenedAudio, recorder: AudioRecorder) -> str:
         samples = round(session.period_s * session.input_rate)
-        recorder = self.recorder
-        assert recorder is not None
         while not self._stop.is_set():
             mic = audio.source.read_period(samples)
             if mic is None:
@@ -199,7 +202,7 @@ class EngineThread(QThread):
             self.feed.push(view)
         return "stopped"
 
-    def _info(self, session: Any, audio: OpenedAudio) -> SessionInfo:
+    def _info(self, session: Session, audio: OpenedAudio) -> SessionInfo:
         return SessionInfo(
             model_name=str(session.model_name),
             device=str(session.device),

@@ -51,13 +51,8 @@ class ExportDialog(QDialog):
         form = QFormLayout()
         form.addRow("Folder", row)
         form.addRow("File name", self.stem)
-        self.boxes: dict[ExportKind, QCheckBox] = {}
-        for kind in ExportKind:
-            box = QCheckBox(kind.label)
-            available = has_audio if kind in (ExportKind.MIC, ExportKind.ASSISTANT) else has_trace
-            box.setChecked(available)
-            box.setEnabled(available)
-            self.boxes[kind] = box
+        self.boxes = _kind_boxes(has_trace=has_trace, has_audio=has_audio)
+        for box in self.boxes.values():
             form.addRow("", box)
         self.preview = QLabel()
         self.preview.setObjectName("hint")
@@ -90,3 +85,15 @@ class ExportDialog(QDialog):
         names = [p.name for p in export_paths(folder, stem or "?", kinds).values()]
         self.preview.setText("Writes " + ", ".join(names) if names else "Nothing selected")
         self.export_button.setEnabled(bool(kinds) and bool(stem))
+
+
+def _kind_boxes(*, has_trace: bool, has_audio: bool) -> dict[ExportKind, QCheckBox]:
+    """One check box per kind of file; what the session cannot give is unticked and disabled."""
+    boxes: dict[ExportKind, QCheckBox] = {}
+    for kind in ExportKind:
+        box = QCheckBox(kind.label)
+        available = has_trace if kind.from_trace else has_audio
+        box.setChecked(available)
+        box.setEnabled(available)
+        boxes[kind] = box
+    return boxes

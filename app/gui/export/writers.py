@@ -1,25 +1,24 @@
 """Write a session's trace and audio to files: Perfetto JSON, CSV, JSONL and two WAVs. No Qt.
 
-Every file is written atomically — a temporary file in the destination folder, flushed, then
-``os.replace``d over the name — so a failure or a crash midway never leaves a half file and never
-damages an earlier export of the same name. The trace exports read the live JSONL, which is
-safe while the session is still writing it: the trace writer appends whole lines, and a last
-line caught mid-write is left out (``engine.trace.read_trace`` tolerates it; the JSONL copy
+Every file is written with ``engine.files.atomic_write`` (a temporary file in the destination
+folder, flushed, then renamed over the name), so a failure or a crash midway never leaves a half
+file and never damages an earlier export of the same name. The trace exports read the live JSONL,
+which is safe while the session is still writing it: the trace writer appends whole lines, and a
+last line caught mid-write is left out (``engine.trace.read_trace`` tolerates it; the JSONL copy
 stops at the last newline).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-import numpy as np
-
 from app.gui.engine.recorder import ChannelSnapshot
+from app.periods import write_wav
+from engine.files import atomic_write
 
 __all__ = ["ExportError", "ExportKind", "export_paths", "export_session"]
 
@@ -38,6 +37,11 @@ class ExportKind(StrEnum):
     @property
     def label(self) -> str:
         return _LABELS[self]
+
+    @property
+    def from_trace(self) -> bool:
+        """Written from the session's trace (else from its recorded audio)."""
+        return self in _TRACE_KINDS
 
 
 _SUFFIX = {
@@ -62,21 +66,6 @@ def export_paths(folder: Path, stem: str, kinds: Iterable[ExportKind]) -> dict[E
     return {kind: folder / f"{stem}{_SUFFIX[kind]}" for kind in kinds}
 
 
-def _atomic(out: Path, write: Callable[[IO[bytes]], None]) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is an ordinary file
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
 def _copy_whole_lines(trace: Path, out: Path) -> Path:
     data = trace.read_bytes()
     complete = data[: data.rfind(b"\n") + 1]  # a line caught mid-write stays out
@@ -84,21 +73,14 @@ def _copy_whole_lines(trace: Path, out: Path) -> Path:
     def write(f: IO[bytes]) -> None:
         f.write(complete)
 
-    return _atomic(out, write)
+    return atomic_write(out, write)
 
 
-def _write_wav(channel: ChannelSnapshot, out: Path) -> Path:
-    import soundfile
-
-    def write(f: IO[bytes]) -> None:
-        samples = np.asarray(channel.samples, dtype=np.int16)
-        soundfile.write(f, samples, channel.rate, subtype="PCM_16", format="WAV")
-
-    return _atomic(out, write)
+_Channels = tuple[ChannelSnapshot, ChannelSnapshot]  # the recorder's (mic, assistant)
 
 
 def _check(
-    folder: Path, kinds: set[ExportKind], trace: Path | None, channels: object | None
+    folder: Path, kinds: set[ExportKind], trace: Path | None, channels: _Channels | None
 ) -> None:
     if not kinds:
         raise ExportError("nothing selected: tick at least one kind of file to export")
@@ -118,33 +100,35 @@ def export_session(
     kinds: Iterable[ExportKind],
     *,
     trace: Path | None,
-    channels: tuple[ChannelSnapshot, ChannelSnapshot] | None,
+    channels: _Channels | None,
 ) -> list[Path]:
     """Write the selected files; returns their paths. Raises ``ExportError`` naming the fix.
 
     ``trace`` is the session's live JSONL; ``channels`` the recorder's (mic, assistant)
     snapshot. Runs on any thread but the engine's (it reads files and concatenates audio).
     """
-    from engine.trace_export import export_csv, export_perfetto
-
     wanted = set(kinds)
     stem = stem.strip()
     if not stem or "/" in stem or stem.startswith("."):
         raise ExportError(f"file name {stem!r}: give a plain name like 'session-1', no slashes")
     _check(folder, wanted, trace, channels)
-    written: list[Path] = []
-    for kind, out in export_paths(folder, stem, sorted(wanted)).items():
-        if kind in _TRACE_KINDS:
-            assert trace is not None
-            if kind is ExportKind.PERFETTO:
-                written.append(export_perfetto(trace, out))
-            elif kind is ExportKind.CSV:
-                written.append(export_csv(trace, out))
-            elif out.resolve() != trace.resolve():  # exporting the live trace onto itself
-                written.append(_copy_whole_lines(trace, out))
-            else:
-                written.append(out)
-        else:
-            assert channels is not None
-            written.append(_write_wav(channels[0 if kind is ExportKind.MIC else 1], out))
-    return written
+    paths = export_paths(folder, stem, sorted(wanted))
+    return [_write(kind, out, trace, channels) for kind, out in paths.items()]
+
+
+def _write(kind: ExportKind, out: Path, trace: Path | None, channels: _Channels | None) -> Path:
+    """The file of ``kind`` at ``out``, from what :func:`_check` found to be there."""
+    from engine.trace_export import export_csv, export_perfetto
+
+    if kind.from_trace:
+        assert trace is not None, "_check passes a trace export only when there is a trace"
+        if kind is ExportKind.PERFETTO:
+            return export_perfetto(trace, out)
+        if kind is ExportKind.CSV:
+            return export_csv(trace, out)
+        if out.resolve() == trace.resolve():  # the live trace onto itself: it is already there
+            return out
+        return _copy_whole_lines(trace, out)
+    assert channels is not None, "_check passes an audio export only when there is audio"
+    channel = channels[0 if kind is ExportKind.MIC else 1]
+    return write_wav(out, channel.samples, channel.rate)

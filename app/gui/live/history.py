@@ -20,15 +20,17 @@ __all__ = ["History"]
 
 
 class History:
+    """The last ``maxlen`` periods; cadence percentiles over the last ``stats_window``."""
+
     def __init__(self, maxlen: int = 3600, stats_window: int = 300) -> None:
         self._views: deque[PeriodView] = deque(maxlen=maxlen)
-        self._stats_window = stats_window
+        self.stats_window = stats_window
         self.clear()
 
     def clear(self) -> None:
         """Forget every period (a new session starts from an empty panel)."""
         self._views.clear()
-        self.stats = CadenceStats(window=self._stats_window)
+        self.stats = CadenceStats(window=self.stats_window)
         self.miss_reasons: list[str] = []
         self.stages: list[str] = []
         self.memory_keys: list[str] = []

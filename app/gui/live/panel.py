@@ -15,6 +15,8 @@ Arm switches are dashed vertical lines on every chart, labelled with the new arm
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
@@ -26,6 +28,8 @@ from app.gui.live.plots import ArmMarkers, Bars, legend, new_plot, nice_ceiling,
 from app.gui.live.summary import SummaryCard
 
 __all__ = ["LivePanel"]
+
+_BAR_FILL = 0.7  # of a period: bars of neighbouring periods keep a gap between them
 
 _MEMORY_LABELS = {
     "allocated_bytes": "allocated",
@@ -44,7 +48,7 @@ class LivePanel(QWidget):
         super().__init__(parent)
         self.span_s = span_s
         self.history = History()
-        self.summary = SummaryCard()  # the window places it (left column); redraw() fills it
+        self.summary = SummaryCard(self.history.stats_window)  # placed by the window; redraw fills
         self.canvas = pg.GraphicsLayoutWidget()
         self.canvas.ci.setSpacing(6)
         self.canvas.ci.setContentsMargins(2, 2, 2, 2)
@@ -73,6 +77,25 @@ class LivePanel(QWidget):
         # One time axis for all: ranges are set together in redraw(). (pyqtgraph's setXLink
         # aligns linked views in screen space, which skews plots in different columns.)
         self.plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
+        self._build_cadence()
+        for plot in (self.replay, self.captures):  # the middle row shares the bottom row's axis
+            plot.getAxis("bottom").setStyle(showValues=False)
+            plot.setLabel("bottom", "")
+        legend(self.replay, columns=3)
+        self.hits = Bars(self.replay, theme.HITS, "replayed")
+        self.misses: dict[str, Bars] = {}
+        legend(self.captures)
+        self.capture_bars = Bars(self.captures, theme.CAPTURES, "captures", width=0.4)
+        self.invalid_bars = Bars(self.captures, theme.INVALIDATIONS, "invalidations", width=0.4)
+        legend(self.memory, columns=2)
+        self.memory_lines: dict[str, pg.PlotDataItem] = {}
+        legend(self.stages, columns=3)
+        self.stage_bars: dict[str, Bars] = {}
+        self.markers = ArmMarkers(self.plots)
+        self._switches_drawn = 0
+
+    def _build_cadence(self) -> None:
+        """Processing time per period (dots; red when over budget), the budget, p50 and p95."""
         legend(self.cadence, columns=5)
         self.processing = self.cadence.plot(
             pen=pen(theme.PROCESSING),
@@ -90,21 +113,6 @@ class LivePanel(QWidget):
         self.p50 = self.cadence.plot(pen=pen(theme.TEXT_DIM, 1.0, dash=True), name="p50")
         self.p95 = self.cadence.plot(pen=pen(theme.SPEAK, 1.0, dash=True), name="p95")
         self.cadence.setYRange(0, 1000)
-        for plot in (self.replay, self.captures):  # the middle row shares the bottom row's axis
-            plot.getAxis("bottom").setStyle(showValues=False)
-            plot.setLabel("bottom", "")
-        legend(self.replay, columns=3)
-        self.hits = Bars(self.replay, theme.HITS, "replayed")
-        self.misses: dict[str, Bars] = {}
-        legend(self.captures)
-        self.capture_bars = Bars(self.captures, theme.CAPTURES, "captures", width=0.4)
-        self.invalid_bars = Bars(self.captures, theme.INVALIDATIONS, "invalidations", width=0.4)
-        legend(self.memory, columns=2)
-        self.memory_lines: dict[str, pg.PlotDataItem] = {}
-        legend(self.stages, columns=3)
-        self.stage_bars: dict[str, Bars] = {}
-        self.markers = ArmMarkers(self.plots)
-        self._switches_drawn = 0
 
     def _miss_bars(self, reason: str) -> Bars:
         if reason not in self.misses:
@@ -122,7 +130,8 @@ class LivePanel(QWidget):
 
     def _stage_bars(self, name: str) -> Bars:
         if name not in self.stage_bars:
-            colour = theme.STAGE_COLORS.get(name, theme.SERIES[len(self.stage_bars) % 7])
+            spare = theme.SERIES[len(self.stage_bars) % len(theme.SERIES)]
+            colour = theme.STAGE_COLORS.get(name, spare)
             self.stage_bars[name] = Bars(self.stages, colour, name)
         return self.stage_bars[name]
 
@@ -149,7 +158,8 @@ class LivePanel(QWidget):
         t = History.times(views)
         period = views[-1].budget_ms / 1e3 if views else 1.0
         self._draw_cadence(views, t)
-        self._draw_replay(views, t)
+        self._draw_replay(views, t, period)
+        self._draw_captures(views, t, period)
         self._draw_memory(views, t)
         self._draw_stages(views, t, period)
         for t_s, detail in self.history.arm_switches[self._switches_drawn :]:
@@ -182,19 +192,17 @@ class LivePanel(QWidget):
                 line.setData(t[[0, -1]], np.full(2, float(value) * 1e3))
         self._set_y(self.cadence, 0.0, nice_ceiling(1.3 * max([*ms, *budget, 1.0])))
 
-    def _draw_replay(self, views: list[PeriodView], t: np.ndarray) -> None:
+    def _draw_replay(self, views: list[PeriodView], t: np.ndarray, period: float) -> None:
         """Operator calls per period, stacked: replayed, then eager by reason."""
-        period = views[-1].budget_ms / 1e3 if views else 1.0
-        base = History.replay(views, "hits")
-        self.hits.width = 0.7 * period
-        self.hits.set(t, base)
-        for reason in self.history.miss_reasons:
-            height = History.replay(views, f"misses.{reason}")
-            bars = self._miss_bars(reason)
-            bars.width = 0.7 * period
-            bars.set(t, height, base.copy())
-            base = base + height
-        self._set_y(self.replay, 0.0, nice_ceiling(1.25 * max(1.0, base.max(initial=0))))
+        hits = History.replay(views, "hits")
+        self.hits.width = _BAR_FILL * period
+        self.hits.set(t, hits)
+        misses = {r: History.replay(views, f"misses.{r}") for r in self.history.miss_reasons}
+        top = _stack(misses, self._miss_bars, t, period, base=hits)
+        self._set_y(self.replay, 0.0, nice_ceiling(1.25 * max(1.0, top.max(initial=0))))
+
+    def _draw_captures(self, views: list[PeriodView], t: np.ndarray, period: float) -> None:
+        """Captures and invalidations per period, side by side."""
         captures = History.replay(views, "captures")
         invalidations = History.replay(views, "invalidations")
         half = 0.2 * period
@@ -215,14 +223,9 @@ class LivePanel(QWidget):
             self._set_y(self.memory, *nice_range(low, high * 1.02))
 
     def _draw_stages(self, views: list[PeriodView], t: np.ndarray, period: float) -> None:
-        base = np.zeros(len(views))
-        for name in self.history.stages:
-            height = History.stage(views, name)
-            bars = self._stage_bars(name)
-            bars.width = 0.7 * period
-            bars.set(t, height, base.copy())
-            base += height
-        self._set_y(self.stages, 0.0, nice_ceiling(1.25 * max(1.0, base.max(initial=0))))
+        stages = {name: History.stage(views, name) for name in self.history.stages}
+        top = _stack(stages, self._stage_bars, t, period, base=np.zeros(len(views)))
+        self._set_y(self.stages, 0.0, nice_ceiling(1.25 * max(1.0, top.max(initial=0))))
 
     def _set_y(self, plot: pg.PlotItem, low: float, high: float) -> None:
         """Set a y range only when it changed: an unchanged axis keeps its cached picture.
@@ -232,3 +235,19 @@ class LivePanel(QWidget):
         current = plot.getViewBox().state["targetRange"][1]
         if abs(current[0] - low) > 1e-9 or abs(current[1] - high) > 1e-9:
             plot.setYRange(low, high, padding=0)
+
+
+def _stack(
+    heights: dict[str, np.ndarray],
+    bars_for: Callable[[str], Bars],
+    t: np.ndarray,
+    period: float,
+    base: np.ndarray,
+) -> np.ndarray:
+    """Draw each series' bars on top of the previous ones (from ``base``); returns the top."""
+    for name, height in heights.items():
+        bars = bars_for(name)
+        bars.width = _BAR_FILL * period
+        bars.set(t, height, base.copy())
+        base = base + height
+    return base

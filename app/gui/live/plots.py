@@ -104,13 +104,14 @@ class ArmMarkers:
         self.count = 0
 
     def add(self, t_s: float, detail: str) -> None:
+        """Mark the switch ``detail`` (``"SRc -> eager"``) at ``t_s`` session seconds."""
         arm = detail.split("->")[-1].strip()
+        label_opts = {
+            "color": theme.ARM_SWITCH,
+            "position": 0.74,  # below the legend strip that tops every chart
+            "fill": pg.mkBrush(QColor(23, 25, 29, 200)),
+        }
         for i, plot in enumerate(self._plots):
-            label_opts = {
-                "color": theme.ARM_SWITCH,
-                "position": 0.74,  # below the legend strip that tops every chart
-                "fill": pg.mkBrush(QColor(23, 25, 29, 200)),
-            }
             line = pg.InfiniteLine(
                 pos=t_s,
                 angle=90,

@@ -14,8 +14,7 @@ class _Chip(QWidget):
     def __init__(self, title: str, tip: str) -> None:
         super().__init__()
         self.setToolTip(tip)
-        self.title = QLabel(title.upper())
-        self.title.setObjectName("cardTitle")
+        self.title = theme.card_title(title)
         self.value = QLabel("—")
         self.value.setObjectName("value")
         layout = QVBoxLayout(self)
@@ -33,28 +32,28 @@ def _ms(seconds: float | int | None) -> str:
     return "—" if seconds is None else f"{float(seconds) * 1e3:.0f} ms"
 
 
-def _mib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.0f} MiB"
 
 
 class SummaryCard(QFrame):
-    """Two columns of figures: p50, p95, max, over budget, hits, misses, captures, memory."""
+    """Two columns of figures: p50, p95, max, over budget, replayed, eager, captures, memory."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, window: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("card")
+        last = f"over the last {window} periods"
         specs = {
-            "p50": ("p50", "median processing time per period over the last 300 periods"),
-            "p95": ("p95", "95th percentile processing time over the last 300 periods"),
-            "max": ("max", "slowest period over the last 300 periods"),
+            "p50": ("p50", f"median processing time per period {last}"),
+            "p95": ("p95", f"95th percentile processing time per period {last}"),
+            "max": ("max", f"slowest period {last}"),
             "over": ("over budget", "periods whose processing took longer than the period"),
-            "hits": ("replay hits", "operator calls replayed from a captured graph (session)"),
-            "misses": ("misses", "operator calls run eagerly, by reason (session)"),
+            "hits": ("replayed", "operator calls replayed from a captured graph: hits (session)"),
+            "misses": ("eager", "operator calls run eagerly: misses, by reason (session)"),
             "captures": ("captures / inval.", "graphs captured / invalidated (session)"),
             "memory": ("memory peak", "GPU peak allocated, or CPU peak resident set"),
         }
-        title = QLabel("CADENCE AND REPLAY")
-        title.setObjectName("cardTitle")
+        title = theme.card_title("Cadence and replay")
         grid = QGridLayout()
         grid.setHorizontalSpacing(16)
         grid.setVerticalSpacing(4)
@@ -83,7 +82,7 @@ class SummaryCard(QFrame):
         )
         c["misses"].show_value(f"{t.get('misses', 0):.0f}")
         c["misses"].setToolTip(
-            "operator calls run eagerly, by reason (session):\n"
+            "operator calls run eagerly: misses, by reason (session):\n"
             + ("\n".join(f"  {r}: {n:.0f}" for r, n in reasons) or "  none")
         )
         c["captures"].show_value(f"{t.get('captures', 0):.0f} / {t.get('invalidations', 0):.0f}")
@@ -94,4 +93,4 @@ class SummaryCard(QFrame):
                 last.memory.get("peak_rss_bytes", 0),
                 last.memory.get("rss_bytes", 0),
             )
-            c["memory"].show_value(_mib(peak))
+            c["memory"].show_value(_size(peak))

@@ -19,6 +19,7 @@ from app.gui.meters.ballistics import Ballistics
 __all__ = ["LevelMeter"]
 
 _TICKS = (-60, -48, -36, -24, -18, -12, -6, -3, 0)
+_CAPTION_H = 16  # pixels above the bar for the caption and the readout
 
 
 class LevelMeter(QWidget):
@@ -55,26 +56,29 @@ class LevelMeter(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        small = QFont(self.font())
-        small.setPointSizeF(max(6.5, small.pointSizeF() * 0.75))
-        bar_db, peak_db = self._shown
-        caption_h = 16
-        bar = QRectF(1, caption_h + 1, self.width() - 2, 14)
-        # caption and readout
+        bar = QRectF(1, _CAPTION_H + 1, self.width() - 2, 14)
+        self._paint_caption(painter)
+        self._paint_bar(painter, bar)
+        self._paint_scale(painter, bar)
+        painter.end()
+
+    def _paint_caption(self, painter: QPainter) -> None:
+        """The caption on the left, the held peak in dBFS on the right."""
+        line = QRectF(0, 0, self.width(), _CAPTION_H)
         painter.setPen(QColor(theme.TEXT))
-        painter.drawText(
-            QRectF(0, 0, self.width(), caption_h), Qt.AlignmentFlag.AlignLeft, self.caption
-        )
-        painter.setPen(QColor(theme.TEXT_DIM))
+        painter.drawText(line, Qt.AlignmentFlag.AlignLeft, self.caption)
+        peak_db = self._shown[1]
         readout = "—" if peak_db <= self.ballistics.floor_db else f"{peak_db:5.1f} dBFS"
-        painter.drawText(
-            QRectF(0, 0, self.width(), caption_h), Qt.AlignmentFlag.AlignRight, readout
-        )
-        # trough
+        painter.setPen(QColor(theme.TEXT_DIM))
+        painter.drawText(line, Qt.AlignmentFlag.AlignRight, readout)
+
+    def _paint_bar(self, painter: QPainter, bar: QRectF) -> None:
+        """The trough, the level over it, and the peak-hold line."""
+        bar_db, peak_db = self._shown
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QColor(theme.METER_TROUGH))
         painter.drawRoundedRect(bar, 3, 3)
-        # the bar: one gradient over the whole scale, clipped to the level
+        # One gradient over the whole scale, clipped to the level: a loud bar shows every zone.
         gradient = QLinearGradient(bar.topLeft(), bar.topRight())
         gradient.setColorAt(0.0, QColor(theme.METER_LOW))
         gradient.setColorAt((60 - 18) / 60, QColor(theme.METER_LOW))
@@ -84,12 +88,15 @@ class LevelMeter(QWidget):
         level_rect = QRectF(bar.left(), bar.top(), self._x(bar_db, bar) - bar.left(), bar.height())
         painter.setBrush(gradient)
         painter.drawRoundedRect(level_rect, 3, 3)
-        # peak hold
         if peak_db > self.ballistics.floor_db:
             x = self._x(peak_db, bar)
             painter.setPen(QPen(QColor(theme.METER_PEAK), 2))
             painter.drawLine(int(x), int(bar.top()), int(x), int(bar.bottom()))
-        # scale
+
+    def _paint_scale(self, painter: QPainter, bar: QRectF) -> None:
+        """Ticks and their dB labels under the bar; the end labels stay inside the widget."""
+        small = QFont(self.font())
+        small.setPointSizeF(max(6.5, small.pointSizeF() * 0.75))
         painter.setFont(small)
         painter.setPen(QColor(theme.TEXT_DIM))
         for tick in _TICKS:
@@ -104,4 +111,3 @@ class LevelMeter(QWidget):
                 label.moveRight(bar.right())
                 align = Qt.AlignmentFlag.AlignRight
             painter.drawText(label, align, str(tick))
-        painter.end()

@@ -8,9 +8,10 @@ make. So the dialog runs it on a pool thread and hears back by signal.
 from __future__ import annotations
 
 import traceback
-from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+from app.settings import Settings, SettingsError, check_settings
 
 __all__ = ["SettingsCheck"]
 
@@ -23,14 +24,12 @@ class _Signals(QObject):
 class SettingsCheck(QRunnable):
     """``check_settings(settings)`` on a pool thread; ``signals.passed``/``failed`` report."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         super().__init__()
         self.settings = settings
         self.signals = _Signals()
 
     def run(self) -> None:
-        from app.settings import SettingsError, check_settings
-
         try:
             check_settings(self.settings)
         except SettingsError as exc:

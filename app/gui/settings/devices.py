@@ -1,12 +1,14 @@
 """Audio device choices for the settings dialog, from ``app.audio.list_devices``.
 
-A machine without audio devices, or a build without ``app.audio``, still opens the dialog: the
+A machine without audio devices, or without the PortAudio library, still opens the dialog: the
 lists then hold only "System default" and the reason shows under them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from app.audio.devices import VIRTUAL_HINT, list_devices
 
 __all__ = ["DeviceChoice", "device_choices"]
 
@@ -27,10 +29,8 @@ def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None
     """(inputs, outputs, problem): each list starts with the system default."""
     inputs, outputs = [DEFAULT], [DEFAULT]
     try:
-        from app.audio import list_devices
-
         devices = list_devices()
-    except Exception as exc:  # no PortAudio, no app.audio yet: say so, keep the dialog usable
+    except Exception as exc:  # no PortAudio, or it failed: say so, keep the dialog usable
         return inputs, outputs, f"audio devices unavailable ({exc}): the system default is used"
     for d in devices:
         choice = DeviceChoice(f"{d.name}  ·  {d.host_api}", d.name, d.host_api)
@@ -40,5 +40,5 @@ def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None
             outputs.append(choice)
     problem = None
     if len(inputs) == 1 and len(outputs) == 1:
-        problem = "no audio devices found: connect one (or run scripts/virtual_audio.sh)"
+        problem = f"no audio devices found: connect one, {VIRTUAL_HINT}"
     return inputs, outputs, problem

@@ -6,15 +6,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QVBoxLayout, QWidget
 
 from app.gui.meters.level_meter import LevelMeter
+from app.gui.theme import card_title
 from app.gui.window.state_indicator import StateIndicator
 
-__all__ = ["ConversationCard", "SessionCard", "card_title"]
-
-
-def card_title(text: str) -> QLabel:
-    label = QLabel(text.upper())
-    label.setObjectName("cardTitle")
-    return label
+__all__ = ["ConversationCard", "SessionCard"]
 
 
 class ConversationCard(QFrame):

@@ -116,6 +116,10 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.error_strip)
         layout.addWidget(self.splitter, 1)
         self.setCentralWidget(central)
+        self._build_status_bar()
+
+    def _build_status_bar(self) -> None:
+        """Load progress, the status line, and the event-loop latency on the right."""
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setFixedWidth(220)
@@ -346,7 +350,7 @@ class MainWindow(QMainWindow):
             return False
         if watched.window() is not self or isinstance(watched, QLineEdit):
             return False  # another window's key, or a space typed into a text field
-        assert isinstance(event, QKeyEvent)
+        assert isinstance(event, QKeyEvent), f"a {kind} event is a QKeyEvent"
         if event.key() != Qt.Key.Key_Space:
             return False
         if not event.isAutoRepeat():
