@@ -45,7 +45,7 @@ def test_settings_and_geometry_survive_a_restart(
     make_window: Callable[..., MainWindow], qtbot: QtBot, settings_file: Path
 ) -> None:
     first = make_window()
-    first.resize(760, 730)  # inside the offscreen screen (800x800): restore clamps
+    first.resize(760, 750)  # inside the offscreen screen (800x800): restore clamps
     dialog = first.open_settings()
     dialog.arm.setCurrentIndex(dialog.arm.findData(Arm.R.value))
     dialog.push_to_talk.setChecked(True)
@@ -62,7 +62,7 @@ def test_settings_and_geometry_survive_a_restart(
     assert second.settings == saved
     assert second.toolbar.arm.currentText() == "R"
     assert second.toolbar.talk_action.isVisible()  # push-to-talk shows its button
-    assert (second.width(), second.height()) == (760, 730)
+    assert (second.width(), second.height()) == (760, 750)
 
 
 def test_a_bad_checkpoint_folder_is_an_error_and_the_app_keeps_running(
@@ -111,3 +111,25 @@ def test_space_is_push_to_talk_and_never_presses_the_focused_button(
     QTest.keyRelease(window.toolbar.start_button, Qt.Key.Key_Space)
     assert held == [True, False] and not window.toolbar.talk_button.isDown()
     assert window.controller.state.value == "idle"  # Space did not click Start
+
+
+def test_summary_card_shows_audit_mode_verdict(qtbot: QtBot) -> None:
+    from app.gui.engine.feed import PeriodView
+    from app.gui.live.history import History
+    from app.gui.live.summary import SummaryCard
+
+    card = SummaryCard(window=300)
+    qtbot.addWidget(card)
+
+    def show(audit: dict[str, object] | None) -> str:
+        history = History()
+        history.extend([PeriodView(0, 0.0, 5.0, 1000.0, False, "SRc", "listen", 0.0, audit=audit)])
+        card.refresh(history)
+        return card.chips["audit"].value.text()
+
+    assert show(None) == "off"
+    assert show({"active": False}) == "no carry (arm)"
+    assert show({"active": True, "agreements_total": 12, "divergences_total": 0}) == "12 agree"
+    diverged = {"active": True, "divergences_total": 1, "first": "estimator_att at call 2"}
+    assert show(diverged) == "1 diverged"
+    assert "call 2" in card.chips["audit"].toolTip()

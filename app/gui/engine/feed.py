@@ -52,7 +52,7 @@ class PeriodView:
     period's replay delta (``hits``, ``misses``, ``misses.<reason>``, ``captures``...);
     ``memory`` is bytes by key (CUDA allocated/reserved/peak or CPU rss/peak); ``arm_switch`` is
     the switch logged in this period (``"SRc -> eager"``) or None; ``barge_in`` says the user
-    interrupted the assistant in this period.
+    interrupted the assistant in this period; ``audit`` holds audit mode's running counts.
     """
 
     index: int
@@ -68,6 +68,7 @@ class PeriodView:
     stages_ms: dict[str, float] = field(default_factory=dict)
     arm_switch: str | None = None
     barge_in: bool = False
+    audit: dict[str, Any] | None = None  # audit mode's counts (``loop["audit"]``), None when off
 
     @classmethod
     def from_outcome(cls, outcome: PeriodOutcome) -> PeriodView:
@@ -88,7 +89,19 @@ class PeriodView:
             stages_ms=stage_ms(record.spans),
             arm_switch=str(switches[-1].get("detail") or record.arm) if switches else None,
             barge_in=bool(record.loop.get("barge_in", False)),
+            audit=_audit_view(record.loop.get("audit")),
         )
+
+
+def _audit_view(audit: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The audit figures the GUI shows (scalars only, copied)."""
+    if audit is None:
+        return None
+    keys = ("active", "agreements_total", "divergences_total", "retentions_total")
+    view: dict[str, Any] = {k: audit.get(k) for k in keys}
+    first = audit.get("first_divergence")
+    view["first"] = None if first is None else f"{first.get('region')} at call {first.get('call')}"
+    return view
 
 
 class Feed:

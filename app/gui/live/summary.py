@@ -37,7 +37,8 @@ def _size(n_bytes: float) -> str:
 
 
 class SummaryCard(QFrame):
-    """Two columns of figures: p50, p95, max, over budget, replayed, eager, captures, memory."""
+    """Two columns of figures: p50, p95, max, over budget, replayed, eager, captures, memory,
+    and audit mode's verdict."""
 
     def __init__(self, window: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -52,6 +53,11 @@ class SummaryCard(QFrame):
             "misses": ("eager", "operator calls run eagerly: misses, by reason (session)"),
             "captures": ("captures / inval.", "graphs captured / invalidated (session)"),
             "memory": ("memory peak", "GPU peak allocated, or CPU peak resident set"),
+            "audit": (
+                "audit",
+                "audit mode (Settings): every carry retention shadowed by the stock "
+                "concatenation and compared bit for bit; retentions that agreed / diverged",
+            ),
         }
         title = theme.card_title("Cadence and replay")
         grid = QGridLayout()
@@ -94,3 +100,16 @@ class SummaryCard(QFrame):
                 last.memory.get("rss_bytes", 0),
             )
             c["memory"].show_value(_size(peak))
+        self._show_audit(last.audit if last is not None else None)
+
+    def _show_audit(self, audit: dict[str, object] | None) -> None:
+        chip = self.chips["audit"]
+        if audit is None:
+            chip.show_value("off")
+        elif not audit.get("active"):
+            chip.show_value("no carry (arm)")
+        elif audit.get("divergences_total"):
+            chip.show_value(f"{audit['divergences_total']} diverged", theme.OVER)
+            chip.setToolTip(f"first divergence: {audit.get('first')}")
+        else:
+            chip.show_value(f"{audit.get('agreements_total', 0)} agree", theme.HITS)
