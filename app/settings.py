@@ -38,7 +38,6 @@ __all__ = [
 FAMILIES = ("minicpmo45", "lycheefd")
 MODEL_SIZES = ("auto", "full", "small")
 DEVICES = ("auto", "cuda", "cpu")
-CHECKPOINT_FILES = ("flow.yaml", "flow.pt", "hift_original.pt")
 
 
 class SettingsError(ValueError):
@@ -227,14 +226,12 @@ def check_settings(s: Settings) -> None:
 
 
 def _check_checkpoint(folder: Path) -> None:
-    if not folder.is_dir():
+    from adapters.token2wav.config import CheckpointError, check_folder  # torch-free
+
+    try:
+        check_folder(folder)
+    except CheckpointError as error:
         raise SettingsError(
-            f"checkpoint {folder} is not a folder: choose the token2wav folder "
-            f"(it holds {', '.join(CHECKPOINT_FILES)})"
-        )
-    missing = [name for name in CHECKPOINT_FILES if not (folder / name).is_file()]
-    if missing:
-        raise SettingsError(
-            f"checkpoint {folder} lacks {', '.join(missing)}: choose the token2wav folder "
-            f"(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)"
-        )
+            f"{error}: choose the token2wav folder "
+            "(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)"
+        ) from None

@@ -42,7 +42,7 @@ def test_progress_reports_loading_then_capture(tmp_path: Path) -> None:
 
 
 def test_errors_come_before_loading(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="not a folder"):
+    with pytest.raises(SettingsError, match="does not exist"):
         build_session(Settings(checkpoint=tmp_path / "nope", model_size="full"))
     with pytest.raises(TraceError, match=r"\.jsonl"):
         build_session(Settings(device="cpu"), trace=tmp_path / "t.json")

@@ -73,7 +73,7 @@ def test_bad_files_name_the_key_and_the_fix(tmp_path: Path, text: str, message: 
 
 
 def test_check_settings_names_the_checkpoint_fix(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="not a folder"):
+    with pytest.raises(SettingsError, match="does not exist"):
         check_settings(Settings(checkpoint=tmp_path / "missing", model_size="full"))
     (tmp_path / "flow.yaml").write_text("flow: {}\n")
     with pytest.raises(SettingsError, match=r"lacks flow\.pt, hift_original\.pt"):

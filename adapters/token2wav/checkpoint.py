@@ -19,7 +19,13 @@ import torch
 from torch import Tensor, nn
 
 from adapters.token2wav.cfm import ENVELOPE_STEPS, CausalConditionalCFM
-from adapters.token2wav.config import CheckpointError, FlowConfig, read_flow_config
+from adapters.token2wav.config import (
+    REQUIRED_FILES,
+    CheckpointError,
+    FlowConfig,
+    check_folder,
+    read_flow_config,
+)
 from adapters.token2wav.dit import ENVELOPE_FRAMES, DiT
 from adapters.token2wav.encoder import UpsampleConformerEncoderV2
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec
@@ -27,8 +33,6 @@ from adapters.token2wav.hift import HiFTGenerator, build_hift, load_hift
 from adapters.weights import randomize_
 
 __all__ = ["REQUIRED_FILES", "CheckpointError", "build_flow", "load_token2wav"]
-
-REQUIRED_FILES = ("flow.yaml", "flow.pt", "hift_original.pt")
 
 
 def build_flow(
@@ -93,27 +97,13 @@ def load_token2wav(
         randomize_(flow, seed)
         hift = build_hift(seed)
     else:
-        folder = _checked_folder(Path(folder))
+        folder = check_folder(Path(folder))
         flow = build_flow(read_flow_config(folder / "flow.yaml"), seed=seed, envelope=envelope)
         load_flow_state(flow, folder / "flow.pt")
         hift = load_hift(folder / "hift_original.pt")
     flow.to(device=device, dtype=dtype)  # in place: nn.Module.to returns the same module
     hift.to(device=device)
     return flow, hift
-
-
-def _checked_folder(folder: Path) -> Path:
-    if not folder.is_dir():
-        raise CheckpointError(
-            f"Token2Wav folder {folder} does not exist; it must contain {', '.join(REQUIRED_FILES)}"
-        )
-    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
-    if missing:
-        raise CheckpointError(
-            f"Token2Wav folder {folder} lacks {', '.join(missing)}; it must contain "
-            f"{', '.join(REQUIRED_FILES)}"
-        )
-    return folder
 
 
 def load_flow_state(flow: nn.Module, path: Path) -> None:

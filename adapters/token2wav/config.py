@@ -27,6 +27,26 @@ class CheckpointError(ValueError):
     """A Token2Wav checkpoint folder, file, key, shape or config value we cannot load."""
 
 
+REQUIRED_FILES = ("flow.yaml", "flow.pt", "hift_original.pt")
+
+
+def check_folder(folder: Path) -> Path:
+    """``folder`` if it holds every file of a token2wav checkpoint, else a CheckpointError that
+    names what is missing (torch-free: settings validate a folder before anything loads)."""
+    if not folder.is_dir():
+        problem = "is not a folder" if folder.exists() else "does not exist"
+        raise CheckpointError(
+            f"Token2Wav folder {folder} {problem}; it must contain {', '.join(REQUIRED_FILES)}"
+        )
+    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"Token2Wav folder {folder} lacks {', '.join(missing)}; it must contain "
+            f"{', '.join(REQUIRED_FILES)}"
+        )
+    return folder
+
+
 @dataclass(frozen=True)
 class Tagged:
     """An inert hyperpyyaml object node: ``kind`` is ``new``, ``name`` or ``apply``."""
