@@ -41,7 +41,7 @@ class DeviceSink(DeviceStream):
         block_s: float = 0.02,
         buffer_s: float = 10.0,
         fade_s: float = 0.005,
-        latency: str | float = "high",
+        latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
         lost_after_s: float = 2.0,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)

@@ -42,7 +42,7 @@ class DeviceSource(DeviceStream):
         block_s: float = 0.02,
         *,
         ring_s: float = 10.0,
-        latency: str | float = "high",
+        latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
         lost_after_s: float = 2.0,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)
