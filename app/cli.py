@@ -254,9 +254,9 @@ def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_gui(argv: list[str]) -> int:
-    from app.gui.launch import run  # Qt only when the window opens
+    from app.gui import main as gui_main  # Qt only when a display can show the window
 
-    status: int = run(argv)
+    status: int = gui_main(argv)
     return status
 
 

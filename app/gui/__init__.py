@@ -44,9 +44,11 @@ def no_display_message() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the desktop app; returns the exit status (``EXIT_NO_DISPLAY`` without a display)."""
-    if not display_available():
+    args = list(sys.argv[1:] if argv is None else argv)
+    wants_help = any(a in ("-h", "--help") for a in args)  # help needs no window
+    if not wants_help and not display_available():
         print(no_display_message(), file=sys.stderr)
         return EXIT_NO_DISPLAY
     from app.gui.launch import run
 
-    return run(list(sys.argv[1:] if argv is None else argv))
+    return run(args)
