@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from engine.capture import capture_graph, probe_effects
 from engine.replay_parts import (
     Binding,
     CaptureFailed,
@@ -61,10 +62,8 @@ from engine.replay_parts import (
     ReplayError,
     ReplayEvent,
     SignatureClass,
-    capture_graph,
     deliver,
     poison_targets,
-    probe_effects,
     resolve_slots,
 )
 from engine.signature import Catalog, Signature, Slot, Unkeyable, key_call
