@@ -20,8 +20,8 @@ what is computed. Each period's record carries the counts under ``loop["audit"]`
 arm has no carry to shadow); a region's first divergence is logged (``duplexcadence.audit``)
 and recorded as an ``audit_divergence`` event of its period, and the conversation goes on. The
 warm-up is audited too (the header's ``warmup.audit``). Off, nothing is attached: no extra work
-(``app.session_audit``). The session writes each period's trace line itself, after the audit
-counts are in the record. The warm-up is ``app.warmup``.
+(``app.session_audit``; the loop merges the counts into each record before writing it). The
+warm-up is ``app.warmup``.
 
 Threads: build and ``step`` on the engine thread (it owns every CUDA call); ``request_arm`` and
 ``set_push_to_talk`` from any thread. The session sets torch to one intra-op thread
@@ -122,12 +122,7 @@ class Session:
             self._open_capture.clear()
             self.engine.unseal()
             self.metrics.event("unseal", reason="arm not warmed at start: captures as it runs")
-        outcome = self.loop.step(mic)
-        if self.audit is not None:
-            outcome.record.loop["audit"] = self.audit.period(self.loop.arm)
-        if self.trace is not None:
-            self.trace.write(outcome.record)
-        return outcome
+        return self.loop.step(mic)
 
     def request_arm(self, arm: Arm) -> None:
         """Switch arm at the next period (any thread); the trace logs an ``arm_switch``.
@@ -219,10 +214,10 @@ def build_session(
     model_name = _model_name(settings, size)
     steps = n_steps or size.n_steps
     writer = _writer(trace, settings, device, model_name, size.name, steps, warmup, audit)
-    # The session writes each period's line (Session.step), once its audit counts are in.
     loop = DuplexLoop(
         backbone or _synthetic_backbone(settings, windower, device),
-        stream, windower, metrics, engine, None, OUTPUT_RATE,
+        stream, windower, metrics, engine, writer, OUTPUT_RATE,
+        period_facts=(lambda arm: {"audit": audit.period(arm)}) if audit is not None else None,
     )  # fmt: skip
     return Session(
         loop,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -137,6 +137,8 @@ class DuplexLoop:
         engine: the replay engine whose counters and events each period records (None: none).
         trace: where each period is appended (None: not written).
         output_rate: the synthesizer's sample rate (24 kHz for Token2Wav).
+        period_facts: more facts for each period's ``record.loop``, given the arm that ran it
+            (e.g. audit counts), merged in before the record is written.
     """
 
     def __init__(
@@ -148,6 +150,7 @@ class DuplexLoop:
         engine: ReplayEngine | None,
         trace: TraceWriter | None,
         output_rate: int,
+        period_facts: Callable[[Arm], Mapping[str, Any]] | None = None,
     ) -> None:
         if abs(metrics.period_s - backbone.period_s) > 1e-9:
             raise ValueError(
@@ -156,7 +159,7 @@ class DuplexLoop:
             )
         self.backbone, self.synthesizer, self.windower = backbone, synthesizer, windower
         self.metrics, self.engine, self.trace = metrics, engine, trace
-        self.output_rate = output_rate
+        self.output_rate, self.period_facts = output_rate, period_facts
         self.input_samples = round(backbone.period_s * backbone.input_rate)
         self.output_samples = round(backbone.period_s * output_rate)
         self._playout: deque[np.ndarray] = deque()
@@ -211,6 +214,8 @@ class DuplexLoop:
         )
         infos = tuple(call.info for call in calls)
         record.loop = self._loop_facts(decision, infos, out)
+        if self.period_facts is not None:
+            record.loop.update(self.period_facts(self.synthesizer.arm))
         if self.trace is not None:
             self.trace.write(record)
         return PeriodOutcome(out, record, decision.phase, decision.voice_prob, infos)
