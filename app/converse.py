@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_wav_path
+from app.progress import PeriodBar
 from app.settings import Settings
 from engine.arms import Arm
 from engine.duplex import PeriodOutcome, Phase
@@ -124,7 +125,8 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
 
             cancel_playback_echo(source, sink)
         recorders = _recorders(req, session.input_rate, session.output_rate, stack)
-        bar = _Bar(_expected_periods(req, source, session)) if req.progress else None
+        total = _expected_periods(req, source, session)
+        bar = PeriodBar("converse", total) if req.progress else None
         try:
             _run(session, source, sink, recorders, outcomes, req, bar)
         except KeyboardInterrupt:
@@ -144,7 +146,7 @@ def _run(
     recorders: tuple[WavSink, WavSink] | None,
     outcomes: list[PeriodOutcome],
     req: ConverseRequest,
-    bar: _Bar | None,
+    bar: PeriodBar | None,
 ) -> None:
     n_in = round(session.period_s * session.input_rate)
     silence, drained = np.zeros(n_in, np.float32), 0
@@ -163,7 +165,8 @@ def _run(
             recorders[1].write(outcome.pcm)
         outcomes.append(outcome)
         if bar is not None:
-            bar.update(outcome)
+            ms = outcome.record.processing_s * 1e3
+            bar.update(f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}")
 
 
 def _answer_pending(session: Session, outcomes: list[PeriodOutcome], drained: int) -> bool:
@@ -281,33 +284,6 @@ def _load_progress(show: bool) -> Callable[[str, float], None] | None:
         sys.stderr.flush()
 
     return report
-
-
-class _Bar:
-    """A one-line progress bar on stderr: periods done, the last period's time, the phase."""
-
-    def __init__(self, total: int | None, width: int = 30) -> None:
-        self.total, self.width, self.done = total, width, 0
-
-    def update(self, outcome: PeriodOutcome) -> None:
-        self.done += 1
-        ms = outcome.record.processing_s * 1e3
-        tail = f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}"
-        if self.total:
-            filled = min(self.width, self.width * self.done // self.total)
-            bar = "#" * filled + "-" * (self.width - filled)
-            line = f"\rconverse [{bar}] {self.done}/{self.total} periods, {tail}"
-        else:
-            line = f"\rconverse {self.done} periods, {tail}"
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    def interrupted(self) -> None:
-        sys.stderr.write(f"\nconverse: stopped after {self.done} periods (Ctrl-C)\n")
 
 
 def request_from_args(args: argparse.Namespace) -> ConverseRequest:

@@ -14,7 +14,6 @@ checkpoint's speech tokenizer and speaker model; its length sets P).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,8 @@ from adapters.token2wav.prompt import (
 )
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.stream import FlowStream
+from app.periods import write_wav
+from app.progress import PeriodBar
 from engine.arms import Arm
 from engine.metrics import Metrics
 from engine.replay import ReplayEngine
@@ -129,8 +130,9 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     calls = [
         (tokens[:, i * STRIDE : i * STRIDE + STRIDE + LOOKAHEAD], False) for i in range(req.seconds)
     ] + [(tokens[:, req.seconds * STRIDE :], True)]
+    bar = PeriodBar("synth", len(calls)) if progress else None
     try:
-        for index, (window, last) in enumerate(calls):
+        for window, last in calls:
             metrics.begin_period(replay=engine.snapshot())
             with torch.no_grad(), metrics.span("synthesis"):
                 pcm.append(stream.push(window, last_chunk=last).squeeze(0).cpu().numpy())
@@ -138,12 +140,14 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
             worst, total = max(worst, record.processing_s), total + record.processing_s
             if writer is not None:
                 writer.write(record)
-            if progress:
-                _progress(index + 1, len(calls), record.processing_s)
+            if bar is not None:
+                bar.update(f"last {record.processing_s * 1e3:.0f} ms")
     finally:
+        if bar is not None:
+            bar.close()
         if writer is not None:
             writer.close()
-    _write_wav(req.wav, np.concatenate(pcm))
+    write_wav(req.wav, np.concatenate(pcm), SAMPLE_RATE)
     if req.trace is not None:
         export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
     audio_s = sum(len(p) for p in pcm) / SAMPLE_RATE
@@ -173,24 +177,6 @@ def _writer(req: SynthRequest, voice_frames: int) -> TraceWriter | None:
         },
     )
     return TraceWriter(req.trace.with_suffix(".jsonl"), meta, overwrite=True)
-
-
-def _write_wav(path: Path, samples: np.ndarray) -> None:
-    import soundfile
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    soundfile.write(tmp, np.clip(samples, -1.0, 1.0), SAMPLE_RATE, subtype="PCM_16", format="WAV")
-    tmp.replace(path)  # atomic: a reader never sees half a file
-
-
-def _progress(done: int, total: int, seconds: float) -> None:
-    width = 30
-    filled = width * done // total
-    bar = "#" * filled + "-" * (width - filled)
-    sys.stderr.write(f"\rsynth [{bar}] {done}/{total} periods, last {seconds * 1e3:.0f} ms")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 def load_error(exc: Exception) -> str:
