@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -74,6 +75,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
         projected: Tensor = self.spk_embed_affine_layer(F.normalize(spk, dim=1))
         return projected
 
+    @torch.inference_mode()
     def setup_cache(
         self, token: Tensor, mel: Tensor, spk: Tensor, n_timesteps: int = 10
     ) -> FlowCache:
@@ -103,6 +105,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
         )
         return _cache(conformer_cnn, conformer_att, estimator_cnn, estimator_att)
 
+    @torch.inference_mode()
     def inference_chunk(
         self,
         token: Tensor,

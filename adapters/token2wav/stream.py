@@ -187,9 +187,16 @@ class FlowStream:
         self.cnn_region.copy_(self._base_cnn)
         self.conformer = dict(self._prompt_conformer)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def chunk(self, tokens: Tensor, last_chunk: bool = False) -> Tensor:
-        """The mel ``[1, 80, f]`` of one token window, under the current arm."""
+        """The mel ``[1, 80, f]`` of one token window, under the current arm.
+
+        Runs under ``torch.inference_mode`` for every arm, as the vendor's ``inference_chunk``
+        does: under ``no_grad`` each operator would still pay autograd's view and version
+        bookkeeping on the host, a few percent of a launch-bound chunk. The carry and the conv
+        region are made outside it and stay ordinary tensors (``reset`` writes them outside it);
+        the replay engine's staged buffers are made and written only inside it.
+        """
         check_call(tokens, last_chunk, self.lookahead, self.max_call_tokens)
         if tokens.shape[1] == 0:  # an empty final call only flushes the vocoder
             return self.spk.new_zeros(1, self.flow.encoder_proj.out_features, 0)

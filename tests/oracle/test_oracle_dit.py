@@ -77,3 +77,17 @@ def test_dit_forward_chunk_equals_vendor_gpu() -> None:
     ours, theirs = build_pair("cuda")
     for past in (None, 302, 352, 402):
         compare(ours, theirs, past, "cuda")
+
+
+def test_peer_replay_count_sees_the_vendors_eager_calls(cpu_pair: tuple[DiT, Any]) -> None:
+    """bench/token2wav_peers.py reports replay hits for the vendor's own graph branch by counting
+    its estimator calls and the eager ``blocks_forward_chunk`` runs among them; here (no graph
+    captured) every call must count as an eager miss, and the outputs must be unchanged."""
+    from bench.token2wav_peers import ReplayCount
+
+    _, theirs = build_pair("cpu")
+    count = ReplayCount(theirs)
+    compare(cpu_pair[0], theirs, 40, "cpu")  # still the vendor's bits, through the wrappers
+    assert count.figures() == {"replay_hits": 0, "replay_misses": {"eager": 1}}
+    count.reset()
+    assert count.figures() == {"replay_hits": 0, "replay_misses": {}}
