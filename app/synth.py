@@ -92,7 +92,7 @@ def _check_voice(req: SynthRequest) -> None:
             )
         check_prompt_wav(req.prompt_wav)
         return
-    assert req.voice_frames is not None
+    assert req.voice_frames is not None, "a request names --voice-frames or --prompt-wav"
     if req.voice_frames < 2 * LOOKAHEAD or req.voice_frames % 2:
         raise ValueError(
             f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
@@ -103,9 +103,9 @@ def _check_voice(req: SynthRequest) -> None:
 def load_voice(req: SynthRequest) -> VoicePrompt:
     """The request's voice on its device: the recording's (vendor preparation) or a random one."""
     if req.prompt_wav is not None:
-        assert req.checkpoint is not None  # check_request guarantees it
+        assert req.checkpoint is not None, "check_request lets --prompt-wav through only with it"
         return voice_from_wav(req.prompt_wav, req.checkpoint, req.device)
-    assert req.voice_frames is not None
+    assert req.voice_frames is not None, "a request names --voice-frames or --prompt-wav"
     return random_voice(req.voice_frames, req.seed, req.device)
 
 

@@ -30,6 +30,9 @@ Constraints on a replayed callable (``fn``):
   ``torch.Generator`` objects are neither probed nor registered with the graph).
 - The engine's device must be the current CUDA device; replays run on the current stream.
 - Inference only: warm-up and capture run under ``torch.no_grad()``; outputs carry no history.
+  Callers may hold ``torch.inference_mode`` (cheaper host dispatch; the Token2Wav adapter does,
+  as its vendor): buffers staged inside it are inference tensors, so call every operator of an
+  engine from inside it, or never.
 - With ``copy_out=False`` the caller gets the graph's static outputs, valid until the next
   replay of ANY operator of the engine (graphs share one memory pool): consume immediately.
 
