@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -24,3 +25,11 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def release_frozen_heap() -> Iterator[None]:
+    """Sessions and device streams freeze the heap (app/audio/heap.py) as the app does; tests
+    share one process, so each test gives its frozen objects back to the collector."""
+    yield
+    gc.unfreeze()
