@@ -15,7 +15,9 @@ windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk
   session after the weights are loaded, the state held before streaming, capture time and bytes;
   the state-rule arms load the flow without the stock envelope, as they would deploy;
 - the exact-replay floor: the summed GPU time of one eager chunk's kernels (profiler);
-- peers (``bench/token2wav_peers.py``, own process: the vendor import mutates dynamo settings).
+- peers (``bench/token2wav_peers.py``, own process: the vendor import mutates dynamo settings),
+  ``--peer-chunks`` steady chunks each, checked against the eager mels the latency phase saved
+  (``OUT_DIR/eager_mels.pt``).
 
 Writes ``OUT_DIR/token2wav_<gpu>.json`` in the format bench/README.md describes.
 """
@@ -94,7 +96,8 @@ def paired(arm_ms: list[float], eager_ms: list[float]) -> dict[str, float]:
     }
 
 
-def latency(args: argparse.Namespace) -> dict[str, Any]:
+def latency(args: argparse.Namespace) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """The arms' figures, and eager's mel of every call (CPU): the peers' reference."""
     flow, _ = load_token2wav(None, seed=args.seed, device="cuda")
     prompt = voice(args.prompt_tokens)
     engines = {arm: ReplayEngine("cuda", enabled=arm.replay) for arm in args.arms}
@@ -102,6 +105,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
     stream_tokens = windows(args.warm_turns * args.turn + args.chunks)
     times: dict[Arm, list[float]] = {arm: [] for arm in args.arms}
     exact = dict.fromkeys(args.arms, 0)
+    reference: list[torch.Tensor] = []
     order = random.Random(args.seed)
     with torch.no_grad():
         for i, tokens in enumerate(stream_tokens):
@@ -122,6 +126,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                 mels[arm], ms = timed(lambda s=streams[arm], t=tokens: s.chunk(t))
                 if steady:
                     times[arm].append(ms)
+            reference.append(mels[Arm.EAGER].cpu())
             if steady:
                 for arm in args.arms:
                     exact[arm] += bool(torch.equal(mels[arm], mels[Arm.EAGER]))
@@ -136,7 +141,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         if arm is not Arm.EAGER:
             entry.update(paired(times[arm], times[Arm.EAGER]))
         result["arms"][str(arm)] = entry
-    return result
+    return result, reference
 
 
 def floor(stream: FlowStream, tokens: torch.Tensor) -> float:
@@ -244,6 +249,7 @@ def main() -> None:
         help="arms to measure (eager is always included: it is the reference)",
     )  # fmt: skip
     parser.add_argument("--memory-jobs", type=int, default=3, help="memory children at once")
+    parser.add_argument("--peer-chunks", type=int, default=100, help="steady chunks per peer")
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
     args.arms = [Arm.EAGER, *(a for a in dict.fromkeys(args.arms) if a is not Arm.EAGER)]
@@ -272,8 +278,12 @@ def main() -> None:
         path.write_text(json.dumps(result, indent=2) + "\n")
         print(f"[{time.strftime('%H:%M:%S')}] {stage} done", flush=True)
 
-    result.update(latency(args))
+    figures, reference = latency(args)
+    result.update(figures)
     save("latency")
+    # The peers compare against these mels instead of streaming our eager path again (~80 s).
+    reference_path = args.out / "eager_mels.pt"
+    torch.save(reference, reference_path)
     if not args.skip_memory:
         # One process per arm (peaks are per process); a few at once, after the latency phase,
         # so they share the GPU only with each other: memory figures do not depend on timing.
@@ -286,7 +296,8 @@ def main() -> None:
         save("memory")
     if not args.skip_peers:
         peers = Path(__file__).with_name("token2wav_peers.py")
-        result["peers"] = run_child(peers, _common(args))
+        peer_args = [*_common(args), "--chunks", str(args.peer_chunks)]  # the last one wins
+        result["peers"] = run_child(peers, [*peer_args, "--reference", str(reference_path)])
         save("peers")
     print(json.dumps(result, indent=2))
 

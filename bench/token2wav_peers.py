@@ -101,11 +101,21 @@ def reference_mels(flow: Any, args: argparse.Namespace, count: int) -> list[torc
     return mels
 
 
+def expected_mels(flow: Any, args: argparse.Namespace, count: int) -> list[torch.Tensor]:
+    """The first ``count`` reference mels: from ``--reference`` (saved by bench/token2wav.py's
+    latency phase, same tokens and turns) or streamed here."""
+    if args.reference is None:
+        return reference_mels(flow, args, count)
+    saved: list[torch.Tensor] = torch.load(args.reference, weights_only=True)
+    assert len(saved) >= count, f"{args.reference} holds {len(saved)} mels, {count} are needed"
+    return saved[:count]
+
+
 def vendor_stream(args: argparse.Namespace, graphs: bool) -> dict[str, Any]:
     count = args.warm_turns * args.turn + args.chunks
     ours, _ = load_token2wav(None, seed=args.seed, device="cuda")
     theirs = vendor_flow(ours)
-    expected = reference_mels(ours, args, count)
+    expected = expected_mels(ours, args, count)
     del ours
     torch.cuda.empty_cache()
     trims = vendor_token2wav()
@@ -145,7 +155,7 @@ def vendor_stream(args: argparse.Namespace, graphs: bool) -> dict[str, Any]:
 
 def compiled_stream(args: argparse.Namespace) -> dict[str, Any]:
     flow, _ = load_token2wav(None, seed=args.seed, device="cuda")
-    expected = reference_mels(flow, args, args.compile_chunks)
+    expected = expected_mels(flow, args, args.compile_chunks)
     dit = flow.decoder.estimator
     dit.forward_chunk = torch.compile(dit.forward_chunk, mode="reduce-overhead")
     tokens, mel, spk = voice(args.prompt_tokens)
@@ -196,6 +206,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     add_common_args(parser)
     parser.add_argument("--out", type=Path, help="also write the peers here after each one")
+    parser.add_argument(
+        "--reference", type=Path, help="our eager mels of this stream (token2wav.py saves them)"
+    )
     args = parser.parse_args()
     torch.backends.cudnn.deterministic = True
     runs = {
