@@ -19,31 +19,17 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from adapters.token2wav.binding import call_classes
 from adapters.token2wav.stream import AUDIT_REGION, FlowStream
 from engine.arms import ARMS, Arm
 from engine.audit import AuditError, Auditor, Divergence, declared_retention
 from engine.carry import Carry, RetentionRule
 from engine.contract import Order, RetentionPolicy, load_declaration
 from engine.replay import ReplayEngine
-from tests.token2wav_small import random_voice, small_flow, token_calls
+from tests.token2wav_small import make_stream, random_voice, small_flow, token_calls
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STATE_ARMS = [Arm.S, Arm.SR, Arm.SRC]
 PATTERN: list[int | str] = [28, 28, 28, 28, 13, "last:4", "reset", 28, 28, "last:10", "reset", 28]
-
-
-def make_stream(flow: Any, voice: Any, arm: Arm, engine: ReplayEngine | None = None) -> FlowStream:
-    return FlowStream(
-        flow,
-        voice.tokens,
-        voice.mel,
-        voice.spk,
-        arm=arm,
-        engine=engine or ReplayEngine("cpu"),
-        classes=call_classes("minicpmo45", voice.frames),
-        n_steps=2,
-    )
 
 
 def declared(prompt_frames: int, family: str = "minicpmo45_token2wav") -> RetentionRule:

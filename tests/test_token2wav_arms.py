@@ -13,11 +13,9 @@ import random
 import pytest
 import torch
 
-from adapters.token2wav.binding import call_classes
-from adapters.token2wav.stream import FlowStream
 from engine.arms import ARMS, Arm
 from engine.replay import ReplayEngine
-from tests.token2wav_small import random_voice, small_flow, token_calls
+from tests.token2wav_small import make_stream, random_voice, small_flow, token_calls
 
 PATTERN: list[int | str] = [
     28,
@@ -36,19 +34,6 @@ PATTERN: list[int | str] = [
     28,
     28,
 ]
-
-
-def make_stream(flow, voice, arm: Arm, engine: ReplayEngine, n_steps: int = 2) -> FlowStream:
-    return FlowStream(
-        flow,
-        voice.tokens,
-        voice.mel,
-        voice.spk,
-        arm=arm,
-        engine=engine,
-        classes=call_classes("minicpmo45", voice.frames),
-        n_steps=n_steps,
-    )
 
 
 def same_state(a: dict, b: dict) -> bool:

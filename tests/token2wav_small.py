@@ -11,9 +11,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from adapters.token2wav.binding import call_classes
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.config import SMALL_FLOW, FlowConfig
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec
+from adapters.token2wav.stream import FlowStream
+from engine.arms import Arm
+from engine.replay import ReplayEngine
 
 SMALL = SMALL_FLOW  # the app's ``small`` model size (adapters.token2wav.config)
 
@@ -44,6 +48,26 @@ def small_flow(
 ) -> CausalMaskedDiffWithXvec:
     flow, _ = load_token2wav(None, seed=seed, device=device, config=config, envelope=envelope)
     return flow
+
+
+def make_stream(
+    flow: CausalMaskedDiffWithXvec,
+    voice: Voice,
+    arm: Arm,
+    engine: ReplayEngine | None = None,
+    n_steps: int = 2,
+) -> FlowStream:
+    """MiniCPM-o's flow stream for ``voice`` under ``arm`` (a CPU replay engine by default)."""
+    return FlowStream(
+        flow,
+        voice.tokens,
+        voice.mel,
+        voice.spk,
+        arm=arm,
+        engine=engine or ReplayEngine("cpu"),
+        classes=call_classes("minicpmo45", voice.frames),
+        n_steps=n_steps,
+    )
 
 
 Call = tuple[Tensor | None, bool]
