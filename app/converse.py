@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.heap import settle_heap
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_wav_path
 from app.progress import PeriodBar
 from app.settings import Settings
@@ -115,6 +116,7 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
     session = build_session(
         req.settings, trace=req.jsonl, progress=_load_progress(req.progress), n_steps=req.n_steps
     )
+    settle_heap()  # the main thread owns collection here: weights, graphs, warm-up, then freeze
     outcomes: list[PeriodOutcome] = []
     with ExitStack() as stack:
         stack.callback(session.close)

@@ -45,7 +45,7 @@ from adapters.token2wav.presets import ModelPreset, preset
 from adapters.token2wav.prompt import random_voice, voice_from_wav
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.stream import FlowStream
-from app.audio.heap import release_heap, settle_heap
+from app.heap import release_heap
 from app.session_audit import SessionAudit, session_audit
 from app.settings import Settings, SettingsError, check_settings
 from app.warmup import warm_up, warmup_turn
@@ -149,7 +149,7 @@ class Session:
         """Close the trace (idempotent); the session must not step afterwards."""
         if self.trace is not None:
             self.trace.close()
-        release_heap()  # the frozen heap holds this session's cycles: let them be collected
+        release_heap()  # device streams froze this session: let its cycles be collected
 
 
 def build_session(
@@ -210,7 +210,6 @@ def build_session(
     if audit is not None:
         warmup["audit"] = audit.totals()
     torch.manual_seed(settings.seed)  # the conversation's draws do not depend on the warm-up
-    settle_heap()  # weights, graphs and warm-up objects: out of the collector's later walks
     metrics = Metrics(PERIOD_S, device=device, arm=str(settings.arm))
     if audit is not None:
         audit.attach(metrics)

@@ -29,7 +29,7 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def release_frozen_heap() -> Iterator[None]:
-    """Sessions and device streams freeze the heap (app/audio/heap.py) as the app does; tests
+    """Device streams and the app freeze the heap (app/heap.py) as they do in use; tests
     share one process, so each test gives its frozen objects back to the collector."""
     yield
     gc.unfreeze()

@@ -30,8 +30,8 @@ from app.audio.devices import (
     register_stream,
     unregister_stream,
 )
-from app.audio.heap import settle_heap
 from app.audio.rings import SILENCE_DBFS, peak_dbfs
+from app.heap import freeze_heap
 
 CLOSE_WAIT_S = 2.0  # longest close() waits for PortAudio before leaving the stream behind
 
@@ -86,7 +86,7 @@ class DeviceStream:
             if self._stream is not None:
                 return
             self._closed = False
-            settle_heap()  # a full collection later would hold the GIL past the buffer
+            freeze_heap()  # a later full collection would hold the GIL past the buffer
             info = self._find()
             rate = info.default_rate
             block = max(1, round(rate * self.block_s))

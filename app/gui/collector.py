@@ -6,8 +6,9 @@ garbage it collects may hold Qt objects (a closed dialog, a replaced chart item)
 GUI thread may destroy. So while the window lives, automatic collection is off and this timer
 collects, generation by generation against the usual thresholds, on the GUI thread.
 
-What a finished session leaves in reference cycles is therefore freed here too; freeing a
-tensor only hands its block back to torch's caching allocator (no kernel, no synchronize).
+What a finished session leaves in reference cycles is therefore freed here too (the controller
+settles the heap, ``app.heap.settle_heap``, when a session ends); freeing a tensor only hands its
+block back to torch's caching allocator (no kernel, no synchronize).
 """
 
 from __future__ import annotations
@@ -16,19 +17,7 @@ import gc
 
 from PySide6.QtCore import QObject, QTimer
 
-__all__ = ["GuiThreadCollector", "collect_and_freeze"]
-
-
-def collect_and_freeze() -> None:
-    """A full collection now, then freeze the survivors (GUI thread, between sessions).
-
-    Run when a session ends: its cycles (~25k objects for the small model) are collected while
-    the user is stopping, not during the next model load, and what survives (the window, the
-    charts) is hidden from later full collections, which then scan only new objects.
-    """
-    gc.collect()
-    gc.freeze()
-
+__all__ = ["GuiThreadCollector"]
 
 _active = 0  # live collectors (windows); collection is given back when the last one stops
 _enabled_before = True

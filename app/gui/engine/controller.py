@@ -15,11 +15,11 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.audio.rings import SILENCE_DBFS
-from app.gui.collector import collect_and_freeze
 from app.gui.engine.feed import Feed
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute
 from app.gui.engine.worker import EngineThread, SessionInfo
+from app.heap import settle_heap
 from app.settings import Settings
 from engine.arms import Arm
 
@@ -150,7 +150,9 @@ class EngineController(QObject):
             thread.wait()  # run() has returned; this only joins the OS thread
             self._recorder = thread.recorder
         self._thread = None
-        collect_and_freeze()
+        # GUI thread, between sessions: the ended session's cycles (~25k objects for the small
+        # model) go now, while the user is stopping; what survives is hidden from later walks.
+        settle_heap()
         self._set_state(EngineState.IDLE)
         self.ended.emit(reason)
 

@@ -17,7 +17,6 @@ A stop takes effect at the end of the period in flight (at most one native perio
 
 from __future__ import annotations
 
-import gc
 import threading
 import traceback
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from app.gui.engine.feed import Feed, PeriodView
 from app.gui.engine.levels import LevelReader
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
+from app.heap import freeze_heap
 from app.settings import Settings
 from engine.arms import Arm
 
@@ -59,23 +59,6 @@ def describe_error(exc: BaseException) -> str:
     """One message for the user: the exception's own text (ours name the fix) and its kind."""
     text = str(exc).strip() or repr(exc)
     return f"{type(exc).__name__}: {text}"
-
-
-_frozen = False
-
-
-def _freeze_imports() -> None:
-    """Hide what the imports made (torch, the adapters, Qt: ~170k objects) from the collector.
-
-    A full garbage collection holds the interpreter lock while it scans every tracked object:
-    with torch imported that is 100-200 ms in which the window cannot paint (measured during
-    the model build) and a period can run late. Modules, classes and functions live as long as
-    the process, so freezing them is free. Sessions are never frozen while they run.
-    """
-    global _frozen
-    if not _frozen:
-        gc.freeze()
-        _frozen = True
 
 
 class EngineThread(QThread):
@@ -169,7 +152,9 @@ class EngineThread(QThread):
     def _build(self) -> Session | None:
         from app.session import build_session  # torch loads here, on this thread, never the GUI's
 
-        _freeze_imports()
+        # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as the
+        # process: hidden from the GUI thread's collections during the model build (app.heap).
+        freeze_heap()
         session = build_session(self._settings, trace=self._trace, progress=self.progress.emit)
         if self._stop.is_set():  # stopped while loading: do not open devices
             session.close()

@@ -1,15 +1,16 @@
-"""settle_heap takes the long-lived heap out of later collections, which hold the GIL that the
+"""app.heap takes the long-lived heap out of later collections, which hold the GIL that the
 PortAudio callbacks need (tests/test_audio_loopback.py is the end-to-end check)."""
 
 from __future__ import annotations
 
 import gc
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from app.audio.heap import settle_heap
+from app.heap import freeze_heap, release_heap, settle_heap
 
 
 def full_collection_s() -> float:
@@ -29,7 +30,9 @@ def big_heap() -> Iterator[list[list[list[int]]]]:
 def test_settled_heap_leaves_later_collections_short(big_heap: list) -> None:
     gc.unfreeze()
     before = min(full_collection_s() for _ in range(2))
-    spent = settle_heap()
+    t0 = time.perf_counter()
+    settle_heap()
+    spent = time.perf_counter() - t0
     after = min(full_collection_s() for _ in range(2))
     assert gc.get_freeze_count() >= 2_000_000
     assert spent >= after
@@ -45,8 +48,31 @@ def test_settling_frees_garbage_first() -> None:
 
     a, b = Node(), Node()
     a.other, b.other = b, a  # a cycle: only the collector can free it
-    ref = id(a)
+    ref = weakref.ref(a)  # (gc.get_objects() does not list frozen objects: ask the object)
     del a, b
     settle_heap()
-    assert all(id(o) != ref for o in gc.get_objects() if isinstance(o, Node))
+    assert ref() is None
     gc.unfreeze()
+
+
+def test_freezing_frees_nothing_and_release_gives_the_heap_back(big_heap: list) -> None:
+    """freeze_heap may run on any thread: it destroys nothing (a cycle made before it stays
+    until release_heap, after which a collection frees it)."""
+
+    class Node:
+        def __init__(self) -> None:
+            self.other: Node | None = None
+
+    gc.unfreeze()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    ref = weakref.ref(a)
+    del a, b
+    freeze_heap()
+    assert gc.get_freeze_count() >= 2_000_000
+    gc.collect()
+    assert ref() is not None  # frozen, so not collected
+    release_heap()
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
