@@ -281,9 +281,6 @@ def main() -> None:
     figures, reference = latency(args)
     result.update(figures)
     save("latency")
-    # The peers compare against these mels instead of streaming our eager path again (~80 s).
-    reference_path = args.out / "eager_mels.pt"
-    torch.save(reference, reference_path)
     if not args.skip_memory:
         # One process per arm (peaks are per process); a few at once, after the latency phase,
         # so they share the GPU only with each other: memory figures do not depend on timing.
@@ -296,6 +293,9 @@ def main() -> None:
         save("memory")
     if not args.skip_peers:
         peers = Path(__file__).with_name("token2wav_peers.py")
+        # The peers compare against these mels instead of streaming our eager path again (~80 s).
+        reference_path = args.out / "eager_mels.pt"
+        torch.save(reference, reference_path)
         peer_args = [*_common(args), "--chunks", str(args.peer_chunks)]  # the last one wins
         result["peers"] = run_child(peers, [*peer_args, "--reference", str(reference_path)])
         save("peers")
