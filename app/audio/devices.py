@@ -82,8 +82,8 @@ class AudioStats:
 
 
 _sd_module: ModuleType | None = None
-_open_streams: set[int] = set()  # id() of our open streams: refresh_devices must not kill them
-_closing: set[int] = set()  # id() of streams whose close has not returned (yet, or ever)
+_open_streams: dict[int, Any] = {}  # our open streams by id(): refresh_devices must not kill them
+_closing: set[int] = set()  # id() of those whose close has not returned (yet, or ever)
 _lock = threading.Lock()
 
 
@@ -143,9 +143,9 @@ def refresh_devices() -> bool:
     return True
 
 
-def register_stream(stream: object) -> None:
+def register_stream(stream: Any) -> None:
     with _lock:
-        _open_streams.add(id(stream))
+        _open_streams[id(stream)] = stream
 
 
 def close_stream(stream: Any, what: str, on_abandoned: Callable[[], None]) -> threading.Thread:
@@ -169,7 +169,7 @@ def close_stream(stream: Any, what: str, on_abandoned: Callable[[], None]) -> th
         if closer.is_alive():
             log.warning(
                 "audio: the %s did not close within %g s (its sound server is gone); it is "
-                "left to the operating system: restart the app to list devices plugged in since",
+                "left to the operating system",
                 what,
                 CLOSE_WAIT_S,
             )
@@ -189,25 +189,35 @@ def _close_quietly(stream: Any) -> None:
     except Exception:  # a vanished device can fail to close; it is gone either way
         pass
     with _lock:
-        _open_streams.discard(id(stream))
+        _open_streams.pop(id(stream), None)
         _closing.discard(id(stream))
 
 
 def _exit_portaudio() -> None:
-    """At interpreter exit, in place of sounddevice's handler: terminate PortAudio (closing
-    the streams still open) within ``CLOSE_WAIT_S``, and not at all while a close is in
-    flight or abandoned (Pa_Terminate would join the same spinning thread). What is left, the
-    operating system releases as the process ends."""
+    """At interpreter exit, in place of sounddevice's handler: close the streams still open
+    (each through :func:`close_stream`, together within ``CLOSE_WAIT_S``: a running callback
+    would call into a finalized interpreter), then terminate PortAudio within the same bound,
+    and not at all while a close is in flight or abandoned (Pa_Terminate would join the
+    spinning thread). What is left, the operating system releases as the process ends."""
     sd = _sd_module
-    with _lock:
-        closing = len(_closing)
-    if sd is None or closing:
+    if sd is None:
         return
+    with _lock:
+        still_open = [s for key, s in _open_streams.items() if key not in _closing]
+    for watchdog in [close_stream(s, "stream still open at exit", _ignore) for s in still_open]:
+        watchdog.join()
+    with _lock:
+        if _closing:
+            return
     ender = threading.Thread(target=sd._exit_handler, daemon=True)
     ender.start()
     ender.join(CLOSE_WAIT_S)
     if ender.is_alive():
         log.warning("audio: PortAudio did not end within %g s; exiting without it", CLOSE_WAIT_S)
+
+
+def _ignore() -> None:
+    """An abandoned close at exit: nothing is left to count it."""
 
 
 def default_index(kind: Kind, host_api: str | None = None) -> int:
