@@ -132,7 +132,12 @@ def _info(dev: dict[str, Any], apis: Sequence[str]) -> DeviceInfo:
 
 
 def refresh_devices() -> bool:
-    """Re-enumerate devices (restart PortAudio); False, doing nothing, while a stream is open."""
+    """Re-enumerate devices (restart PortAudio); False, doing nothing, while a stream is open.
+
+    A stream whose close was abandoned (:func:`close_stream`) stays open for the life of the
+    process, so devices plugged in after such a loss show only once the app restarts; the
+    ``pipewire`` and ``default`` devices, which follow the sound server, need no re-scan.
+    """
     sd = portaudio()
     with _lock:
         if _open_streams:
