@@ -15,6 +15,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.audio.rings import SILENCE_DBFS
+from app.gui.engine.clip import ClipCounts
+from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute
@@ -67,12 +69,14 @@ class EngineController(QObject):
     def __init__(self, sessions_dir: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.feed = Feed()
+        self.controls = AudioControls()  # volume, mute, mic gain: shared with every session
         self.state = EngineState.IDLE
         self.info: SessionInfo | None = None
         self.trace: Path | None = None
         self._sessions_dir = sessions_dir
         self._thread: EngineThread | None = None
         self._recorder: AudioRecorder | None = None
+        self._clips = ClipCounts()
 
     # -- commands (GUI thread) ---------------------------------------------------------------
 
@@ -83,7 +87,7 @@ class EngineController(QObject):
         self.trace = _new_trace_path(self._sessions_dir or default_sessions_dir())
         self.info, self._recorder = None, None
         self.feed.clear()
-        thread = EngineThread(settings, route, self.trace, self.feed, parent=self)
+        thread = EngineThread(settings, route, self.trace, self.feed, self.controls, parent=self)
         thread.progress.connect(self.progress)
         thread.ready.connect(self._on_ready)
         thread.failed.connect(self.failed)
@@ -136,6 +140,11 @@ class EngineController(QObject):
             out.level_db() if out is not None else SILENCE_DBFS,
         )
 
+    def clip_counts(self) -> ClipCounts:
+        """The running or last session's clip counts (zeros before any session)."""
+        thread = self._thread
+        return thread.clips if thread is not None else self._clips
+
     # -- engine thread reports (queued to the GUI thread) ----------------------------------
 
     def _on_ready(self, info: SessionInfo) -> None:
@@ -148,7 +157,7 @@ class EngineController(QObject):
         thread = self._thread
         if thread is not None:
             thread.wait()  # run() has returned; this only joins the OS thread
-            self._recorder = thread.recorder
+            self._recorder, self._clips = thread.recorder, thread.clips
         self._thread = None
         # GUI thread, between sessions: the ended session's cycles (~25k objects for the small
         # model) go now, while the user is stopping; what survives is hidden from later walks.

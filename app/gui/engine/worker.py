@@ -10,6 +10,8 @@ What crosses threads, and how:
     * per-period records: :class:`~app.gui.engine.feed.Feed` (a locked deque the GUI drains);
     * audio for export: :class:`~app.gui.engine.recorder.AudioRecorder` (locked, snapshotted);
     * meter levels: the readers of :class:`~app.gui.engine.routes.OpenedAudio` (floats);
+    * volume, mute and microphone gain: :class:`~app.gui.engine.controls.AudioControls`, read
+      once per period; clip counts back as :class:`~app.gui.engine.clip.ClipCounts`;
     * stop, arm and push-to-talk requests from the GUI: a ``threading.Event`` and the session's
       own any-thread methods (``request_arm``, ``set_push_to_talk``).
 A stop takes effect at the end of the period in flight (at most one native period).
@@ -23,10 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
+from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
+from app.gui.engine.clip import ClipCounts
+from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed, PeriodView
-from app.gui.engine.levels import LevelReader
+from app.gui.engine.levels import HeardLevel, LevelReader
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
 from app.heap import freeze_heap
@@ -46,6 +52,7 @@ class SessionInfo:
     model_name: str
     device: str
     weights_synthetic: bool
+    output_trim_db: float  # below the volume: RANDOM_WEIGHTS_TRIM_DB for random weights
     arm: str
     period_s: float
     input_rate: int
@@ -69,6 +76,7 @@ class EngineThread(QThread):
         route: where the audio comes from and goes to.
         trace: the session's JSONL trace path (None: no trace, and no trace export).
         feed: where period views go for the GUI.
+        controls: volume, mute and microphone gain, read each period (None: the defaults).
         parent: the owning QObject (the controller), so Qt deletes the thread with it.
     """
 
@@ -83,9 +91,12 @@ class EngineThread(QThread):
         route: AudioRoute,
         trace: Path | None,
         feed: Feed,
+        controls: AudioControls | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.controls = controls or AudioControls()
+        self.clips = ClipCounts()
         self._settings = settings
         self._route = route
         self._trace = trace
@@ -133,6 +144,10 @@ class EngineThread(QThread):
                 return
             audio = open_audio(self._route, self._settings, session.input_rate, session.output_rate)
             self.input_level, self.output_level = audio.input_level, audio.output_level
+            if audio.input_envelope is None:  # a device meters itself: show what the model hears
+                self.input_level = HeardLevel(
+                    audio.input_level, lambda: self.controls.mic_gain_db, self._mic_open
+                )
             self.recorder = AudioRecorder(session.input_rate, session.output_rate)
             self._publish(session)
             self.ready.emit(self._info(session, audio))
@@ -171,19 +186,34 @@ class EngineThread(QThread):
             if self._push_to_talk_held:
                 session.set_push_to_talk(True)
 
+    def _mic_open(self) -> bool:
+        """Whether the model hears the microphone now (always, unless push-to-talk is off)."""
+        return not self._settings.push_to_talk or self._push_to_talk_held
+
     def _loop(self, session: Session, audio: OpenedAudio, recorder: AudioRecorder) -> str:
         samples = round(session.period_s * session.input_rate)
+        controls = self.controls
+        mic_stage = MicStage()
+        trim = RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0
+        out_stage = OutputStage(session.output_rate, trim_db=trim)
+        silence = np.zeros(samples, dtype=np.float32)
         while not self._stop.is_set():
-            mic = audio.source.read_period(samples)
-            if mic is None:
+            raw = audio.source.read_period(samples)
+            if raw is None:
                 return "input ended"
+            mic_stage.gain_db = controls.mic_gain_db
+            mic = mic_stage.process(raw)
+            heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
             outcome = session.step(mic)
             view = PeriodView.from_outcome(outcome)
             if view.barge_in:
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
-            audio.sink.write(outcome.pcm)
-            recorder.add(mic, outcome.pcm)
-            audio.feed_levels(mic, outcome.pcm)
+            out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
+            played = out_stage.process(outcome.pcm)
+            audio.sink.write(played)
+            recorder.add(heard, played)
+            audio.feed_levels(heard, played)
+            self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
         return "stopped"
 
@@ -192,6 +222,7 @@ class EngineThread(QThread):
             model_name=str(session.model_name),
             device=str(session.device),
             weights_synthetic=bool(session.weights_synthetic),
+            output_trim_db=RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0,
             arm=str(session.arm),
             period_s=float(session.period_s),
             input_rate=int(session.input_rate),

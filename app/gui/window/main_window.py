@@ -15,10 +15,12 @@ from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QApplication,
+    QFrame,
     QLabel,
     QLineEdit,
     QMainWindow,
     QProgressBar,
+    QScrollArea,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -74,6 +76,7 @@ class MainWindow(QMainWindow):
         self._connect()
         self._show_idle()
         self._restore_geometry()
+        self._restore_audio_controls()
         self._timer = QTimer(self)
         self._timer.setInterval(50)  # 20 Hz: DESIGN.md asks 10-30 Hz
         self._timer.timeout.connect(self._tick)
@@ -115,7 +118,12 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.banner)
         layout.addWidget(self.error_strip)
         layout.addWidget(self.splitter, 1)
-        self.setCentralWidget(central)
+        # Below the content's minimum the window scrolls instead of cutting or squashing it.
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setWidget(central)
+        self.setCentralWidget(self.scroll)
         self._build_status_bar()
 
     def _build_status_bar(self) -> None:
@@ -145,6 +153,10 @@ class MainWindow(QMainWindow):
         self.exports.done.connect(self._export_done)
         self.exports.failed.connect(self.error_strip.show_error)
         tb.talk.connect(c.set_push_to_talk)
+        card = self.conversation
+        card.mic_gain.valueChanged.connect(lambda v: setattr(c.controls, "mic_gain_db", float(v)))
+        card.volume.valueChanged.connect(lambda v: setattr(c.controls, "volume_db", float(v)))
+        card.mute.toggled.connect(lambda on: setattr(c.controls, "muted", on))
         self.banner.open_settings.connect(self.open_settings)
         c.state_changed.connect(self._on_state)
         c.progress.connect(self._on_progress)
@@ -164,6 +176,13 @@ class MainWindow(QMainWindow):
             str(self.settings_file.with_name("window.ini")), QSettings.Format.IniFormat
         )
 
+    def _restore_audio_controls(self) -> None:
+        """Volume, mute and microphone gain as the user left them (window.ini)."""
+        store, card = self._qsettings(), self.conversation
+        card.volume.setValue(int(str(store.value("volume_db", 0))))
+        card.mic_gain.setValue(int(str(store.value("mic_gain_db", 0))))
+        card.mute.setChecked(str(store.value("muted", "false")).lower() == "true")
+
     def _restore_geometry(self) -> None:
         store = self._qsettings()
         geometry, splitter = store.value("geometry"), store.value("splitter")
@@ -176,6 +195,10 @@ class MainWindow(QMainWindow):
         store = self._qsettings()
         store.setValue("geometry", self.saveGeometry())
         store.setValue("splitter", self.splitter.saveState())
+        card = self.conversation
+        store.setValue("volume_db", card.volume.value())
+        store.setValue("mic_gain_db", card.mic_gain.value())
+        store.setValue("muted", "true" if card.mute.isChecked() else "false")
         store.sync()
 
     # -- conversation ------------------------------------------------------------------------
@@ -194,6 +217,8 @@ class MainWindow(QMainWindow):
         self._clear_charts = True
         self.conversation.mic_meter.reset()
         self.conversation.out_meter.reset()
+        self.conversation.mic_clip.reset()
+        self.conversation.out_limit.reset()
         self.progress.setValue(0)
         self.progress.show()
         self.status_text.setText("Loading the model…")
@@ -229,7 +254,8 @@ class MainWindow(QMainWindow):
         card.set("arm", info.arm)
         card.set("device", info.device)
         card.set("input", info.input_label)
-        card.set("output", info.output_label)
+        trim = f"  ({info.output_trim_db:+.0f} dB: random weights)" if info.output_trim_db else ""
+        card.set("output", info.output_label + trim)
         card.set("trace", info.trace.name if info.trace else "none", str(info.trace or ""))
         self.status_text.setText("Conversation running: talk, or switch the arm to compare.")
 
@@ -287,6 +313,9 @@ class MainWindow(QMainWindow):
         mic_db, out_db = self.controller.levels_db()
         self.conversation.mic_meter.set_level(mic_db)
         self.conversation.out_meter.set_level(out_db)
+        clips = self.controller.clip_counts()
+        self.conversation.mic_clip.show_count(clips.mic_clipped)
+        self.conversation.out_limit.show_count(clips.output_limited)
         self._ticks += 1
         if self._ticks % 10 == 0:
             self.latency.setText(f"UI latency {self.probe.recent_ms(50):.0f} ms")
