@@ -119,11 +119,11 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.error_strip)
         layout.addWidget(self.splitter, 1)
         # Below the content's minimum the window scrolls instead of cutting or squashing it.
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setWidget(central)
-        self.setCentralWidget(self.scroll)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setWidget(central)
+        self.setCentralWidget(self.scroll_area)
         self._build_status_bar()
 
     def _build_status_bar(self) -> None:
