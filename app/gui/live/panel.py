@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.gui import theme
@@ -50,6 +51,13 @@ class LivePanel(QWidget):
         self.history = History()
         self.summary = SummaryCard(self.history.stats_window)  # placed by the window; redraw fills
         self.canvas = pg.GraphicsLayoutWidget()
+        for part in (self.canvas, self.canvas.viewport()):  # Tab skips the charts' canvas
+            part.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.canvas.setAccessibleName("live charts")
+        self.canvas.setAccessibleDescription(
+            "Per period: processing time against the budget, operator calls replayed or run "
+            "eagerly, graphs captured, memory, and time per stage."
+        )
         self.canvas.ci.setSpacing(6)
         self.canvas.ci.setContentsMargins(2, 2, 2, 2)
         layout = QVBoxLayout(self)

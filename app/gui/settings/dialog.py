@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.gui import theme
 from app.gui.settings.check import SettingsCheck
 from app.gui.settings.devices import DeviceChoice, device_choices
+from app.gui.words import ARM_WORDS
 from app.settings import DEVICES, FAMILIES, MODEL_SIZES, Settings
 from engine.arms import Arm
 
@@ -47,14 +48,7 @@ SIZE_LABELS = {
     "full": "full (released sizes)",
     "small": "small (CPU real time, random weights only)",
 }
-ARM_HELP = {
-    Arm.EAGER: "eager: stock allocation, no replay",
-    Arm.S: "S: state rule only (demand-sized regions, carry)",
-    Arm.R: "R: replay per solver step",
-    Arm.RC: "Rc: replay per chunk",
-    Arm.SR: "SR: state rule + replay per solver step",
-    Arm.SRC: "SRc: state rule + replay per chunk (default)",
-}
+ARM_HELP = {arm: f"{arm.value} — {ARM_WORDS[arm]}" for arm in Arm}
 
 
 def _path_row(edit: QLineEdit, browse: QPushButton) -> QHBoxLayout:

@@ -9,16 +9,19 @@ validation and exports on pool threads — so the window never freezes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer
-from PySide6.QtGui import QCloseEvent, QKeyEvent
+from PySide6.QtCore import QEvent, QObject, QSettings, QSize, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QFrame,
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QScrollArea,
     QSplitter,
@@ -37,7 +40,9 @@ from app.gui.probe import LatencyProbe
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.window.banners import ErrorStrip, SyntheticBanner
 from app.gui.window.cards import ConversationCard, SessionCard
+from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
+from app.gui.words import ABOUT_HTML
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_path
 from engine.arms import Arm
 
@@ -69,6 +74,7 @@ class MainWindow(QMainWindow):
         self.collector = GuiThreadCollector(parent=self)
         self.exports = ExportFlow(self.controller, export_dir, parent=self)
         self.settings_dialog: SettingsDialog | None = None
+        self.help_dialog: HelpDialog | None = None
         self._clear_charts = False
         self._push_to_talk = False  # the running (or next) session's mode; Space holds the mic
         self._build()
@@ -89,8 +95,72 @@ class MainWindow(QMainWindow):
 
     # -- construction ------------------------------------------------------------------------
 
+    def _build_actions(self) -> None:
+        """The window's commands: shortcuts live here (window-wide), menus and buttons share."""
+
+        def action(text: str, keys: str | None, tip: str, slot: Callable[[], object]) -> QAction:
+            act = QAction(text, self)
+            if keys:
+                act.setShortcut(QKeySequence(keys))
+                act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            act.setToolTip(f"{tip} ({keys})" if keys else tip)
+            act.setStatusTip(tip)
+            act.triggered.connect(slot)
+            self.addAction(act)  # shortcuts work even while the menu bar is hidden
+            return act
+
+        self.start_action = action(
+            "&Start conversation", "F5", "Start or stop the conversation", self.toggle_conversation
+        )
+        self.stop_action = action(
+            "S&top conversation", "Esc", "Stop after the period in flight", self.stop_conversation
+        )
+        self.wav_action = action(
+            "Use a &WAV file as the microphone…", None,
+            "Play a recording to the model instead of the microphone (from the next Start)",
+            self.choose_input_wav,
+        )  # fmt: skip
+        self.device_action = action(
+            "Use the &microphone device", None,
+            "Hear the microphone chosen in Settings again (from the next Start)",
+            lambda: self.use_input_wav(None),
+        )  # fmt: skip
+        self.settings_action = action(
+            "S&ettings…", "Ctrl+,", "Model, engine and audio settings", self.open_settings
+        )
+        self.export_action = action(
+            "&Export…", "Ctrl+E", "Export the session's trace, audio and transcript",
+            self.open_export,
+        )  # fmt: skip
+        self.quit_action = action("&Quit", "Ctrl+Q", "Stop and close the window", self.close)
+        self.help_action = action(
+            "DuplexCadence &Help", "F1", "What the window shows, in plain words", self.open_help
+        )
+        self.about_action = action("&About DuplexCadence", None, "Version and credits", self.about)
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu("&File")
+        for act in (self.start_action, self.stop_action, None, self.wav_action,
+                    self.device_action, None, self.export_action, self.settings_action, None,
+                    self.quit_action):  # fmt: skip
+            if act is None:
+                file.addSeparator()
+            else:
+                file.addAction(act)
+        self.view_menu = bar.addMenu("&View")
+        self.reset_layout_action = self.view_menu.addAction("&Reset the layout")
+        self.reset_layout_action.triggered.connect(self.reset_layout)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self.help_action)
+        help_menu.addAction(self.about_action)
+        for menu in (file, self.view_menu, help_menu):
+            menu.setToolTipsVisible(True)
+
     def _build(self) -> None:
-        self.toolbar = MainToolBar(self)
+        self._build_actions()
+        self._build_menus()
+        self.toolbar = MainToolBar(self.settings_action, self.export_action, self)
         self.addToolBar(self.toolbar)
         self.banner = SyntheticBanner()
         self.error_strip = ErrorStrip()
@@ -122,6 +192,7 @@ class MainWindow(QMainWindow):
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # it scrolls to the focus itself
         self.scroll_area.setWidget(central)
         self.setCentralWidget(self.scroll_area)
         self._build_status_bar()
@@ -143,10 +214,8 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         tb, c = self.toolbar, self.controller
-        tb.start_button.clicked.connect(self.toggle_conversation)
+        tb.start_button.clicked.connect(self.start_action.trigger)
         tb.arm_chosen.connect(self.switch_arm)
-        tb.settings_action.triggered.connect(self.open_settings)
-        tb.export_action.triggered.connect(self.open_export)
         self.exports.started.connect(
             lambda folder: self.status_text.setText(f"Exporting to {folder}…")
         )
@@ -187,9 +256,17 @@ class MainWindow(QMainWindow):
         store = self._qsettings()
         geometry, splitter = store.value("geometry"), store.value("splitter")
         if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(1360, 860)
+            self.resize(self._default_size())
         if splitter is not None:
             self.splitter.restoreState(splitter)
+
+    def _default_size(self) -> QSize:
+        """1360x860, or nine tenths of the screen's free area where that is smaller."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            return QSize(1360, 860)
+        free = screen.availableGeometry()
+        return QSize(min(1360, int(free.width() * 0.9)), min(860, int(free.height() * 0.9)))
 
     def save_geometry(self) -> None:
         store = self._qsettings()
@@ -237,6 +314,10 @@ class MainWindow(QMainWindow):
 
     def _on_state(self, state: str) -> None:
         self.toolbar.show_running(state)
+        running = state in (EngineState.LOADING.value, EngineState.RUNNING.value)
+        self.start_action.setText("&Stop conversation" if running else "&Start conversation")
+        self.start_action.setEnabled(state != EngineState.STOPPING.value)
+        self.stop_action.setEnabled(running)
         if state != EngineState.RUNNING.value:
             self.conversation.indicator.set_state(state)
 
@@ -247,6 +328,7 @@ class MainWindow(QMainWindow):
 
     def _on_ready(self, info: SessionInfo) -> None:
         self.progress.hide()
+        self.export_action.setEnabled(True)
         self.conversation.indicator.set_state("running")
         self.banner.setVisible(info.weights_synthetic)
         card = self.session_card
@@ -280,6 +362,10 @@ class MainWindow(QMainWindow):
         self.toolbar.talk_action.setVisible(s.push_to_talk)
         self._push_to_talk = s.push_to_talk
         self.conversation.indicator.set_state("idle")
+        self.stop_action.setEnabled(False)
+        self.device_action.setEnabled(self.route.input_wav is not None)
+        has_session = self.controller.trace is not None
+        self.export_action.setEnabled(has_session)  # nothing to export before a first session
         if keep_session:
             return
         weights = "checkpoint" if s.checkpoint else "seeded random weights"
@@ -353,6 +439,43 @@ class MainWindow(QMainWindow):
             self.status_text.setText(
                 f"Saved; {', '.join(restart)} apply when the conversation starts again."
             )
+
+    # -- the microphone -------------------------------------------------------------------
+
+    def choose_input_wav(self) -> None:
+        """Ask for a sound file to play to the model as its microphone."""
+        start = str(self.route.input_wav.parent) if self.route.input_wav else str(Path.home())
+        chosen, _ = QFileDialog.getOpenFileName(
+            self, "A recording as the microphone", start, "Sound files (*.wav *.flac *.ogg)"
+        )
+        if chosen:
+            self.use_input_wav(Path(chosen))
+
+    def use_input_wav(self, wav: Path | None) -> None:
+        """The microphone from the next Start: ``wav`` played in real time, or the device."""
+        self.route = dataclasses.replace(self.route, input_wav=wav)
+        self.device_action.setEnabled(wav is not None)
+        label = wav.name if wav else self.settings.input_device or "system default"
+        self.session_card.set("input", label, str(wav or ""))
+        when = "now" if self.controller.state is EngineState.IDLE else "from the next Start"
+        self.status_text.setText(f"Microphone {when}: {label}.")
+
+    # -- help --------------------------------------------------------------------------------
+
+    def open_help(self) -> HelpDialog:
+        if self.help_dialog is None:
+            self.help_dialog = HelpDialog(self)
+        self.help_dialog.show()
+        self.help_dialog.raise_()
+        return self.help_dialog
+
+    def about(self) -> None:
+        QMessageBox.about(self, "About DuplexCadence", ABOUT_HTML)
+
+    def reset_layout(self) -> None:
+        """The default size (bounded by the screen) and column split."""
+        self.resize(self._default_size())
+        self.splitter.setSizes([320, 1000])
 
     # -- export ------------------------------------------------------------------------------
 
