@@ -1,7 +1,7 @@
 """The live panel: cadence, replay, captures, memory and stages over the last minutes.
 
-Five linked charts on one time axis (session seconds), each redrawn only when new periods
-arrive (about once a second), so the 20 Hz GUI timer costs almost nothing between periods:
+Five charts in one column on one linked time axis (session seconds), each redrawn only when new
+periods arrive (about once a second), so the 20 Hz GUI timer costs almost nothing between periods:
 
     cadence      processing ms per period (red where over budget) against the budget line,
                  with p50/p95 guides
@@ -70,25 +70,23 @@ class LivePanel(QWidget):
 
     def _build_charts(self) -> None:
         c = self.canvas.ci
-        self.cadence = new_plot(
-            c, "Processing time per period vs budget", "ms", row=0, col=0, colspan=2
-        )
+        self.cadence = new_plot(c, "Processing time per period vs budget", "ms", row=0, col=0)
         self.replay = new_plot(
             c, "Operator calls per period: replayed, or eager by reason", "calls", row=1, col=0
         )
-        self.captures = new_plot(c, "Captures and invalidations per period", "graphs", row=1, col=1)
-        self.memory = new_plot(c, "Memory", "MiB", row=2, col=0)
-        self.stages = new_plot(c, "Stages per period", "ms", row=2, col=1)
-        c.layout.setRowStretchFactor(0, 5)
-        c.layout.setRowStretchFactor(1, 4)
-        c.layout.setRowStretchFactor(2, 4)
-        # One time axis for all: ranges are set together in redraw(). (pyqtgraph's setXLink
-        # aligns linked views in screen space, which skews plots in different columns.)
+        self.captures = new_plot(c, "Graphs captured and invalidated", "graphs", row=2, col=0)
+        self.memory = new_plot(c, "Memory", "MiB", row=3, col=0)
+        self.stages = new_plot(c, "Time per stage per period", "ms", row=4, col=0)
+        for row, stretch in enumerate((5, 4, 3, 3, 4)):
+            c.layout.setRowStretchFactor(row, stretch)
+        # One column, one time axis: the same moment (an arm switch) at the same x on every
+        # chart. The axes share their left width (new_plot), so linked views line up.
         self.plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
         self._build_cadence()
-        for plot in (self.replay, self.captures):  # the middle row shares the bottom row's axis
+        for plot in self.plots[:-1]:  # only the bottom chart labels the shared time axis
             plot.getAxis("bottom").setStyle(showValues=False)
             plot.setLabel("bottom", "")
+            plot.setXLink(self.stages)
         legend(self.replay, columns=3)
         self.hits = Bars(self.replay, theme.HITS, "replayed")
         self.misses: dict[str, Bars] = {}
@@ -179,9 +177,8 @@ class LivePanel(QWidget):
             step = self.span_s / 30
             right = max(np.ceil((t[-1] + period) / step) * step, min(self.span_s, 30.0))
             left = max(0.0, right - self.span_s)
-            if self.cadence.getViewBox().state["targetRange"][0] != [left, right]:
-                for plot in self.plots:
-                    plot.setXRange(left, right, padding=0)
+            if self.stages.getViewBox().state["targetRange"][0] != [left, right]:
+                self.stages.setXRange(left, right, padding=0)  # the others are linked to it
         self.summary.refresh(self.history)
 
     def _draw_cadence(self, views: list[PeriodView], t: np.ndarray) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QSettings, QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -50,6 +50,8 @@ __all__ = ["MainWindow"]
 
 _STAGE_TEXT = {"loading": "Loading weights", "capture": "Warming up and capturing graphs"}
 _LIVE_FIELDS = ("arm",)  # what changes without a restart (the rest at the next Start)
+NARROW_PX = 1000  # content narrower than this puts the charts under the cards
+CHARTS_MIN_H = 720  # the five charts' least height when stacked (the page scrolls instead)
 
 
 class MainWindow(QMainWindow):
@@ -176,12 +178,13 @@ class MainWindow(QMainWindow):
         column.addWidget(self.session_card)
         column.addStretch(1)
         left.setMinimumWidth(290)
+        self.left_column = left
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.panel)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([320, 1000])
-        central = QWidget()
+        central = self.content = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(10, 8, 10, 8)
         layout.setSpacing(8)
@@ -259,6 +262,39 @@ class MainWindow(QMainWindow):
             self.resize(self._default_size())
         if splitter is not None:
             self.splitter.restoreState(splitter)
+        self.fit_screen()
+        self._reflow()
+
+    def fit_screen(self) -> None:
+        """Keep the window inside the screen's free area (a size saved on a larger screen, or
+        at a smaller scaling, would otherwise open partly off screen)."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is None:
+            return
+        free = screen.availableGeometry()
+        frame = self.frameGeometry().size() - self.size()  # the title bar and borders
+        self.resize(self.size().boundedTo(free.size() - frame))
+        if not free.contains(self.frameGeometry()):
+            self.move(free.topLeft())
+
+    def _reflow(self) -> None:
+        """Wide: the cards beside the charts. Narrow: the cards above the charts, and the page
+        scrolls, so no chart is ever cut or squashed below a readable height."""
+        narrow = self.scroll_area.viewport().width() < NARROW_PX
+        orientation = Qt.Orientation.Vertical if narrow else Qt.Orientation.Horizontal
+        if self.splitter.orientation() != orientation:
+            self.splitter.setOrientation(orientation)
+            if narrow:
+                self.splitter.setSizes([self.left_column.sizeHint().height(), CHARTS_MIN_H])
+            else:
+                self.splitter.setSizes([320, 1000])
+        stacked = self.left_column.sizeHint().height() + CHARTS_MIN_H + 40
+        self.content.setMinimumHeight(stacked if narrow else 0)
+        self.panel.setMinimumHeight(CHARTS_MIN_H if narrow else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._reflow()
 
     def _default_size(self) -> QSize:
         """1360x860, or nine tenths of the screen's free area where that is smaller."""
