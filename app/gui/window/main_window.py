@@ -183,7 +183,7 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.panel)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([320, 1000])
+        self.splitter.setSizes([360, 1000])
         central = self.content = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(10, 8, 10, 8)
@@ -280,14 +280,14 @@ class MainWindow(QMainWindow):
     def _reflow(self) -> None:
         """Wide: the cards beside the charts. Narrow: the cards above the charts, and the page
         scrolls, so no chart is ever cut or squashed below a readable height."""
-        narrow = self.scroll_area.viewport().width() < NARROW_PX
+        narrow = self.width() < NARROW_PX  # the window's own width: its layout may lag
         orientation = Qt.Orientation.Vertical if narrow else Qt.Orientation.Horizontal
         if self.splitter.orientation() != orientation:
             self.splitter.setOrientation(orientation)
             if narrow:
                 self.splitter.setSizes([self.left_column.sizeHint().height(), CHARTS_MIN_H])
             else:
-                self.splitter.setSizes([320, 1000])
+                self.splitter.setSizes([360, 1000])
         stacked = self.left_column.sizeHint().height() + CHARTS_MIN_H + 40
         self.content.setMinimumHeight(stacked if narrow else 0)
         self.panel.setMinimumHeight(CHARTS_MIN_H if narrow else 0)
@@ -511,7 +511,7 @@ class MainWindow(QMainWindow):
     def reset_layout(self) -> None:
         """The default size (bounded by the screen) and column split."""
         self.resize(self._default_size())
-        self.splitter.setSizes([320, 1000])
+        self.splitter.setSizes([360, 1000])
 
     # -- export ------------------------------------------------------------------------------
 
