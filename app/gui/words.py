@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.arms import Arm
 
-__all__ = ["ABOUT_HTML", "ARM_WORDS", "CPU_NOTE", "HELP_HTML"]
+__all__ = ["ABOUT_HTML", "ARM_WORDS", "CPU_NOTE", "HELP_HTML", "REASON_WORDS", "reason_words"]
 
 ARM_WORDS = {
     Arm.EAGER: "the stock way: memory as the model allocates it, every step launched",
@@ -15,6 +15,27 @@ ARM_WORDS = {
     Arm.SR: "lean state, one graph per solver step",
     Arm.SRC: "lean state, one graph per chunk (default)",
 }
+
+# Why an operator call ran directly instead of replaying (engine.replay's miss reasons).
+REASON_WORDS = {
+    "disabled": "replay is off (this arm, or switched off)",
+    "unkeyable": "its inputs cannot be matched to a graph",
+    "not_in_catalog": "not planned ahead from the declaration",
+    "foreign_device": "its data is on another device",
+    "warmup": "warming up before its graph is recorded",
+    "sealed": "new after recording closed",
+    "drift": "its inputs changed shape or place",
+    "unstable_address": "its memory moves between calls",
+    "host_randomness": "it draws random numbers on the CPU",
+    "fallback": "its graph failed, run directly instead",
+    "broken": "its random generator could not be restored",
+}
+
+
+def reason_words(reason: str) -> str:
+    """A miss reason in plain words (the code itself when it is new)."""
+    return REASON_WORDS.get(reason, reason.replace("_", " "))
+
 
 CPU_NOTE = (
     "On the CPU no graphs are launched: the engine still decides, call by call, what it would "

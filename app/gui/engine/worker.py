@@ -19,6 +19,7 @@ A stop takes effect at the end of the period in flight (at most one native perio
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed, PeriodView
 from app.gui.engine.levels import HeardLevel, LevelReader
 from app.gui.engine.recorder import AudioRecorder
+from app.gui.engine.response import ResponseClock
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
 from app.heap import freeze_heap
 from app.settings import Settings
@@ -51,6 +53,7 @@ class SessionInfo:
 
     model_name: str
     device: str
+    accelerator: str  # "NVIDIA H200, 139.8 GiB", or "CPU" (graphs are then not launched)
     weights_synthetic: bool
     output_trim_db: float  # below the volume: RANDOM_WEIGHTS_TRIM_DB for random weights
     arm: str
@@ -60,6 +63,27 @@ class SessionInfo:
     input_label: str
     output_label: str
     trace: Path | None
+
+
+def _dropouts(audio: OpenedAudio) -> int:
+    """Device dropouts so far: output underruns and dry spells, input overflows (a file and
+    the null sink have none)."""
+    total = 0
+    for end in (audio.source, audio.sink):
+        stats = getattr(end, "stats", None)
+        if stats is not None:
+            total += int(stats.underflows) + int(stats.overflows) + int(stats.dry_events)
+    return total
+
+
+def _accelerator(device: str) -> str:
+    """The GPU's name and memory for a CUDA device (engine thread: it asks torch)."""
+    if not device.startswith("cuda"):
+        return "CPU"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
 
 
 def describe_error(exc: BaseException) -> str:
@@ -197,6 +221,7 @@ class EngineThread(QThread):
         trim = RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0
         out_stage = OutputStage(session.output_rate, trim_db=trim)
         silence = np.zeros(samples, dtype=np.float32)
+        clock = ResponseClock(session.input_rate, session.output_rate)
         while not self._stop.is_set():
             raw = audio.source.read_period(samples)
             if raw is None:
@@ -206,10 +231,17 @@ class EngineThread(QThread):
             heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
             outcome = session.step(mic)
             view = PeriodView.from_outcome(outcome)
-            if view.barge_in:
-                audio.interrupt()  # the user spoke over the assistant: drop what still queues
             out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
             played = out_stage.process(outcome.pcm)
+            played_at = view.t_s + (view.budget_ms + view.processing_ms) / 1e3
+            response_s = clock.feed(view.t_s, heard, outcome.pcm, played_at)
+            view = dataclasses.replace(
+                view,
+                response_ms=None if response_s is None else response_s * 1e3,
+                dropouts=_dropouts(audio),
+            )
+            if view.barge_in:
+                audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
             audio.feed_levels(heard, played)
@@ -219,6 +251,7 @@ class EngineThread(QThread):
 
     def _info(self, session: Session, audio: OpenedAudio) -> SessionInfo:
         return SessionInfo(
+            accelerator=_accelerator(str(session.device)),
             model_name=str(session.model_name),
             device=str(session.device),
             weights_synthetic=bool(session.weights_synthetic),

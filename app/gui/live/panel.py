@@ -25,12 +25,36 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.gui import theme
 from app.gui.engine.feed import PeriodView
 from app.gui.live.history import History
-from app.gui.live.plots import ArmMarkers, Bars, legend, new_plot, nice_ceiling, nice_range, pen
+from app.gui.live.plots import (
+    ArmMarkers,
+    Bars,
+    legend,
+    new_plot,
+    nice_ceiling,
+    nice_range,
+    pen,
+    set_title,
+)
 from app.gui.live.summary import SummaryCard
+from app.gui.words import reason_words
 
 __all__ = ["LivePanel"]
 
 _BAR_FILL = 0.7  # of a period: bars of neighbouring periods keep a gap between them
+
+CHART_TIPS = (
+    "How long each period took to compute (dots; red triangles when late) against the budget, "
+    "the period's own length (red dashes): below it the voice plays smoothly.",
+    "The model's operations in each period: replayed from a recorded graph, or run directly "
+    "(and why). On the CPU nothing is launched as a graph: these are the engine's decisions.",
+    "Graphs recorded (captured) and thrown away (invalidated) in each period. A healthy GPU "
+    "session records at the start, then only replays.",
+    "Memory in use: on a GPU allocated, reserved and peak; on the CPU the process's resident "
+    "memory. The state rule (S arms) keeps it lower.",
+    "Where each period's time goes: the backbone (listening and deciding), the flow (turning "
+    "tokens into a spectrogram) and the vocoder (turning that into sound).",
+)
+CAPTURES_TITLE = "Graphs captured and invalidated"
 
 _MEMORY_LABELS = {
     "allocated_bytes": "allocated",
@@ -74,7 +98,7 @@ class LivePanel(QWidget):
         self.replay = new_plot(
             c, "Operator calls per period: replayed, or eager by reason", "calls", row=1, col=0
         )
-        self.captures = new_plot(c, "Graphs captured and invalidated", "graphs", row=2, col=0)
+        self.captures = new_plot(c, CAPTURES_TITLE, "graphs", row=2, col=0)
         self.memory = new_plot(c, "Memory", "MiB", row=3, col=0)
         self.stages = new_plot(c, "Time per stage per period", "ms", row=4, col=0)
         for row, stretch in enumerate((5, 4, 3, 3, 4)):
@@ -82,6 +106,8 @@ class LivePanel(QWidget):
         # One column, one time axis: the same moment (an arm switch) at the same x on every
         # chart. The axes share their left width (new_plot), so linked views line up.
         self.plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
+        for plot, tip in zip(self.plots, CHART_TIPS, strict=True):
+            plot.setToolTip(tip)
         self._build_cadence()
         for plot in self.plots[:-1]:  # only the bottom chart labels the shared time axis
             plot.getAxis("bottom").setStyle(showValues=False)
@@ -123,7 +149,7 @@ class LivePanel(QWidget):
     def _miss_bars(self, reason: str) -> Bars:
         if reason not in self.misses:
             colour = theme.SERIES[len(self.misses) % len(theme.SERIES)]
-            self.misses[reason] = Bars(self.replay, colour, f"eager: {reason}")
+            self.misses[reason] = Bars(self.replay, colour, f"direct: {reason_words(reason)}")
         return self.misses[reason]
 
     def _memory_line(self, key: str) -> pg.PlotDataItem:
@@ -140,6 +166,13 @@ class LivePanel(QWidget):
             colour = theme.STAGE_COLORS.get(name, spare)
             self.stage_bars[name] = Bars(self.stages, colour, name)
         return self.stage_bars[name]
+
+    def set_device(self, accelerator: str) -> None:
+        """Say on the capture chart, on the CPU, that no graph is launched there."""
+        title = CAPTURES_TITLE
+        if accelerator == "CPU":
+            title += " (on the CPU none is launched: the counts are the engine's decisions)"
+        set_title(self.captures, title)
 
     # -- updates -----------------------------------------------------------------------------
 

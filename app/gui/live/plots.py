@@ -10,7 +10,16 @@ from PySide6.QtWidgets import QGraphicsItem
 
 from app.gui import theme
 
-__all__ = ["ArmMarkers", "Bars", "legend", "new_plot", "nice_ceiling", "nice_range", "pen"]
+__all__ = [
+    "ArmMarkers",
+    "Bars",
+    "legend",
+    "new_plot",
+    "nice_ceiling",
+    "nice_range",
+    "pen",
+    "set_title",
+]
 
 
 def nice_ceiling(value: float) -> float:
@@ -40,10 +49,15 @@ def pen(colour: str, width: float = 1.6, dash: bool = False) -> pg.QtGui.QPen:
     return p
 
 
+def set_title(plot: pg.PlotItem, title: str) -> None:
+    """A chart's small title."""
+    plot.setTitle(f"<span style='color:{theme.TEXT}; font-size:9pt'>{title}</span>")
+
+
 def new_plot(layout: pg.GraphicsLayout, title: str, units: str, **where: int) -> pg.PlotItem:
     """A plot with a small title, a light grid, no mouse zoom (the panel scrolls itself)."""
     plot: pg.PlotItem = layout.addPlot(**where)
-    plot.setTitle(f"<span style='color:{theme.TEXT}; font-size:9pt'>{title}</span>")
+    set_title(plot, title)
     plot.showGrid(x=True, y=True, alpha=0.12)
     plot.setMenuEnabled(False)
     plot.setMouseEnabled(x=False, y=False)

@@ -42,7 +42,7 @@ from app.gui.window.banners import ErrorStrip, SyntheticBanner
 from app.gui.window.cards import ConversationCard, SessionCard
 from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
-from app.gui.words import ABOUT_HTML
+from app.gui.words import ABOUT_HTML, CPU_NOTE
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_path
 from engine.arms import Arm
 
@@ -51,6 +51,7 @@ __all__ = ["MainWindow"]
 _STAGE_TEXT = {"loading": "Loading weights", "capture": "Warming up and capturing graphs"}
 _LIVE_FIELDS = ("arm",)  # what changes without a restart (the rest at the next Start)
 NARROW_PX = 1000  # content narrower than this puts the charts under the cards
+PLAYING_DBFS = -50.0  # the assistant meter above this: its voice is still playing
 CHARTS_MIN_H = 720  # the five charts' least height when stacked (the page scrolls instead)
 
 
@@ -78,6 +79,7 @@ class MainWindow(QMainWindow):
         self.settings_dialog: SettingsDialog | None = None
         self.help_dialog: HelpDialog | None = None
         self._clear_charts = False
+        self._last_phase = "idle"  # the model's phase in the last period drawn
         self._push_to_talk = False  # the running (or next) session's mode; Space holds the mic
         self._build()
         self.settings = self._load_settings()
@@ -370,7 +372,10 @@ class MainWindow(QMainWindow):
         card = self.session_card
         card.set("model", info.model_name)
         card.set("arm", info.arm)
-        card.set("device", info.device)
+        cpu = info.accelerator == "CPU"
+        card.set("device", "CPU (no graphs launched)" if cpu else info.accelerator,
+                 CPU_NOTE if cpu else info.device)  # fmt: skip
+        self.panel.set_device(info.accelerator)
         card.set("input", info.input_label)
         trim = f"  ({info.output_trim_db:+.0f} dB: random weights)" if info.output_trim_db else ""
         card.set("output", info.output_label + trim)
@@ -426,6 +431,7 @@ class MainWindow(QMainWindow):
             self.panel.clear()
         self.panel.add(views)
         last = views[-1]
+        self._last_phase = last.phase
         self.conversation.indicator.set_state(last.phase, last.voice_prob)
         self.session_card.set("arm", last.arm)
         self.session_card.set("periods", str(len(self.panel.history)))
@@ -438,6 +444,13 @@ class MainWindow(QMainWindow):
         clips = self.controller.clip_counts()
         self.conversation.mic_clip.show_count(clips.mic_clipped)
         self.conversation.out_limit.show_count(clips.output_limited)
+        # The lamp follows what the user hears: "Listening" only once the voice has played out.
+        playing = out_db > PLAYING_DBFS
+        shown = self.conversation.indicator.state
+        if shown == "listen" and playing:
+            self.conversation.indicator.set_state("speak")
+        elif shown == "speak" and not playing and self._last_phase == "listen":
+            self.conversation.indicator.set_state("listen")
         self._ticks += 1
         if self._ticks % 10 == 0:
             self.latency.setText(f"UI latency {self.probe.recent_ms(50):.0f} ms")
