@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,13 +69,16 @@ def test_volume_mute_and_gain_reach_the_engine_and_survive_a_restart(
 
 
 def test_the_clip_lamp_lights_stays_lit_and_clears_on_click(
-    make_window: Callable[..., MainWindow], qtbot: QtBot
+    make_window: Callable[..., MainWindow], qtbot: QtBot, tmp_path: Path
 ) -> None:
+    import soundfile as sf
     from PySide6.QtCore import Qt
 
-    window = make_window()
+    tone = tmp_path / "tone.wav"  # 60 s at -12 dBFS: +20 dB of gain clips from the first period
+    sf.write(tone, 0.25 * np.sin(np.arange(60 * 16000) / 9.0), 16000, subtype="PCM_16")
+    window = make_window(wav=tone)
     lamp = window.conversation.mic_clip
-    window.conversation.mic_gain.setValue(20)  # the talk peaks near -6 dBFS: +20 dB clips
+    window.conversation.mic_gain.setValue(20)
     with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
         window.start_conversation()
     qtbot.waitUntil(lambda: lamp.lit, timeout=SESSION_MS)

@@ -73,7 +73,7 @@ class SummaryCard(QFrame):
             ),
             "hits": ("replayed", "Model operations replayed from a recorded graph (session)."),
             "misses": (
-                "eager",
+                "direct",
                 "Model operations run directly, not replayed, by reason (session).",
             ),
             "captures": (
