@@ -20,6 +20,7 @@ from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute
+from app.gui.engine.transcript import Transcript
 from app.gui.engine.worker import EngineThread, SessionInfo
 from app.heap import settle_heap
 from app.settings import Settings
@@ -77,6 +78,7 @@ class EngineController(QObject):
         self._thread: EngineThread | None = None
         self._recorder: AudioRecorder | None = None
         self._clips = ClipCounts()
+        self._transcript: Transcript | None = None
 
     # -- commands (GUI thread) ---------------------------------------------------------------
 
@@ -85,7 +87,7 @@ class EngineController(QObject):
         if self.state is not EngineState.IDLE:
             raise RuntimeError(f"a conversation is {self.state.value}: stop it before starting")
         self.trace = _new_trace_path(self._sessions_dir or default_sessions_dir())
-        self.info, self._recorder = None, None
+        self.info, self._recorder, self._transcript = None, None, None
         self.feed.clear()
         thread = EngineThread(settings, route, self.trace, self.feed, self.controls, parent=self)
         thread.progress.connect(self.progress)
@@ -129,6 +131,13 @@ class EngineController(QObject):
             return self._thread.recorder
         return self._recorder
 
+    @property
+    def transcript(self) -> Transcript | None:
+        """The running or last session's transcript (for export), or None before any."""
+        if self._thread is not None:
+            return self._thread.transcript
+        return self._transcript
+
     def levels_db(self) -> tuple[float, float]:
         """(input, output) meter levels in dBFS now; the floor when no session runs."""
         thread = self._thread
@@ -158,6 +167,7 @@ class EngineController(QObject):
         if thread is not None:
             thread.wait()  # run() has returned; this only joins the OS thread
             self._recorder, self._clips = thread.recorder, thread.clips
+            self._transcript = thread.transcript
         self._thread = None
         # GUI thread, between sessions: the ended session's cycles (~25k objects for the small
         # model) go now, while the user is stopping; what survives is hidden from later walks.

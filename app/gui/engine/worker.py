@@ -37,6 +37,7 @@ from app.gui.engine.levels import HeardLevel, LevelReader
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.response import ResponseClock
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
+from app.gui.engine.transcript import Transcript, transcript_path
 from app.heap import freeze_heap
 from app.settings import Settings
 from engine.arms import Arm
@@ -121,6 +122,7 @@ class EngineThread(QThread):
         super().__init__(parent)
         self.controls = controls or AudioControls()
         self.clips = ClipCounts()
+        self.transcript = Transcript()  # what was said; written beside the trace at the end
         self._settings = settings
         self._route = route
         self._trace = trace
@@ -184,6 +186,7 @@ class EngineThread(QThread):
                 self._session = None
             if audio is not None:
                 audio.close()
+            self._write_transcript()
             if session is not None:
                 session.close()
             self.ended.emit(reason)
@@ -209,6 +212,15 @@ class EngineThread(QThread):
                 self._pending_arm = None
             if self._push_to_talk_held:
                 session.set_push_to_talk(True)
+
+    def _write_transcript(self) -> None:
+        """``<trace>.transcript.txt`` beside the trace, when anything was said in text."""
+        if self._trace is None or not self._trace.parent.is_dir() or not self.transcript.lines():
+            return
+        try:
+            self.transcript.write(transcript_path(self._trace))
+        except OSError:  # the trace folder went away: the export still has the transcript
+            traceback.print_exc()
 
     def _mic_open(self) -> bool:
         """Whether the model hears the microphone now (always, unless push-to-talk is off)."""
@@ -244,6 +256,7 @@ class EngineThread(QThread):
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
+            self.transcript.add(view.t_s, "Assistant", view.text)
             audio.feed_levels(heard, played)
             self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QPlainTextEdit,
     QPushButton,
     QSlider,
     QVBoxLayout,
@@ -16,12 +17,13 @@ from PySide6.QtWidgets import (
 
 from app.gui.a11y import explain
 from app.gui.engine.controls import GAIN_RANGE_DB, VOLUME_RANGE_DB
+from app.gui.engine.transcript import Transcript
 from app.gui.meters.clip_lamp import ClipLamp
 from app.gui.meters.level_meter import LevelMeter
 from app.gui.theme import card_title
 from app.gui.window.state_indicator import StateIndicator
 
-__all__ = ["ConversationCard", "SessionCard"]
+__all__ = ["ConversationCard", "SessionCard", "TranscriptCard"]
 
 
 def _slider(low_high: tuple[int, int], value: int) -> QSlider:
@@ -143,3 +145,46 @@ class SessionCard(QFrame):
 
     def value(self, key: str) -> str:
         return self.values[key].text()
+
+
+class TranscriptCard(QFrame):
+    """The conversation's transcript, live: a line per turn, kept until the next session."""
+
+    PLACEHOLDER = (
+        "What the assistant says appears here, for models that produce text. This voice "
+        "model speaks without text, so it stays empty."
+    )
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("card")
+        self.transcript = Transcript()
+        self.view = explain(
+            QPlainTextEdit(), "transcript",
+            "What was said in this conversation, a line per turn; Export writes it as a "
+            "text file beside the trace.",
+        )  # fmt: skip
+        self.view.setReadOnly(True)
+        self.view.setPlaceholderText(self.PLACEHOLDER)
+        self.view.setMinimumHeight(90)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 10, 12, 12)
+        layout.setSpacing(6)
+        layout.addWidget(card_title("Transcript"))
+        layout.addWidget(self.view, 1)
+
+    def add(self, t_s: float, speaker: str, text: str) -> None:
+        """Add what ``speaker`` said at ``t_s`` (joined to their last line if theirs)."""
+        if not text.strip():
+            return
+        self.transcript.add(t_s, speaker, text)
+        self.view.setPlainText(self.transcript.text())
+        bar = self.view.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def clear(self) -> None:
+        self.transcript = Transcript()
+        self.view.clear()
+
+    def text(self) -> str:
+        return self.view.toPlainText()

@@ -39,7 +39,7 @@ from app.gui.live.panel import LivePanel
 from app.gui.probe import LatencyProbe
 from app.gui.settings.dialog import SettingsDialog
 from app.gui.window.banners import ErrorStrip, SyntheticBanner
-from app.gui.window.cards import ConversationCard, SessionCard
+from app.gui.window.cards import ConversationCard, SessionCard, TranscriptCard
 from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
 from app.gui.words import ABOUT_HTML, CPU_NOTE
@@ -153,6 +153,11 @@ class MainWindow(QMainWindow):
             else:
                 file.addAction(act)
         self.view_menu = bar.addMenu("&View")
+        self.transcript_action = self.view_menu.addAction("&Transcript")
+        self.transcript_action.setCheckable(True)
+        self.transcript_action.setChecked(True)
+        self.transcript_action.setToolTip("Show or hide the transcript of the conversation")
+        self.transcript_action.toggled.connect(lambda on: self.transcript.setVisible(on))
         self.reset_layout_action = self.view_menu.addAction("&Reset the layout")
         self.reset_layout_action.triggered.connect(self.reset_layout)
         help_menu = bar.addMenu("&Help")
@@ -170,6 +175,7 @@ class MainWindow(QMainWindow):
         self.error_strip = ErrorStrip()
         self.conversation = ConversationCard()
         self.session_card = SessionCard()
+        self.transcript = TranscriptCard()
         self.panel = LivePanel()
         left = QWidget()
         column = QVBoxLayout(left)
@@ -178,7 +184,7 @@ class MainWindow(QMainWindow):
         column.addWidget(self.conversation)
         column.addWidget(self.panel.summary)
         column.addWidget(self.session_card)
-        column.addStretch(1)
+        column.addWidget(self.transcript, 1)
         left.setMinimumWidth(290)
         self.left_column = left
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -429,7 +435,10 @@ class MainWindow(QMainWindow):
         if self._clear_charts:
             self._clear_charts = False
             self.panel.clear()
+            self.transcript.clear()
         self.panel.add(views)
+        for view in views:
+            self.transcript.add(view.t_s, "Assistant", view.text)
         last = views[-1]
         self._last_phase = last.phase
         self.conversation.indicator.set_state(last.phase, last.voice_prob)
