@@ -95,9 +95,12 @@ class Settings:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     def resolved_model_size(self, device: str | None = None) -> str:
-        """``auto`` made concrete: full on CUDA, small on CPU (real time on two cores)."""
+        """``auto`` made concrete: full with a checkpoint (released weights are full size),
+        else full on CUDA and small on CPU (real time on two cores)."""
         if self.model_size != "auto":
             return self.model_size
+        if self.checkpoint is not None:
+            return "full"
         device = device or self.resolved_device()
         return "full" if device.startswith("cuda") else "small"
 
@@ -226,12 +229,41 @@ def check_settings(s: Settings) -> None:
 
 
 def _check_checkpoint(folder: Path) -> None:
-    from adapters.token2wav.config import CheckpointError, check_folder  # torch-free
+    from adapters.token2wav.config import REQUIRED_FILES, CheckpointError, check_folder
 
     try:
-        check_folder(folder)
+        check_folder(folder)  # torch-free
     except CheckpointError as error:
         raise SettingsError(
             f"{error}: choose the token2wav folder "
             "(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)"
         ) from None
+    for name in REQUIRED_FILES:
+        problem = _damaged(folder / name)
+        if problem:
+            raise SettingsError(
+                f"checkpoint file {folder / name} {problem}: download the checkpoint again"
+            )
+
+
+def _damaged(path: Path) -> str | None:
+    """What is wrong with a checkpoint file, read from its size and header, or None.
+
+    ``.pt`` files are torch's zip archives: a truncated one lacks the zip directory at its end
+    (a legacy pickle, which has no such directory, is accepted when it starts like one)."""
+    import zipfile
+
+    size = path.stat().st_size
+    if size == 0:
+        return "is empty (0 bytes)"
+    if path.suffix != ".pt":
+        return None
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head.startswith(b"\x80"):  # a legacy pickle protocol mark
+        return None
+    if head != b"PK\x03\x04":
+        return f"is not a PyTorch checkpoint ({size} bytes that start like no archive)"
+    if not zipfile.is_zipfile(path):
+        return f"is truncated ({size} bytes, its archive's end is missing)"
+    return None

@@ -34,6 +34,7 @@ from app.gui.engine.clip import ClipCounts
 from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed, PeriodView
 from app.gui.engine.levels import HeardLevel, LevelReader
+from app.gui.engine.preflight import StartError, check_before_loading
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.response import ResponseClock
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
@@ -88,9 +89,12 @@ def _accelerator(device: str) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One message for the user: the exception's own text (ours name the fix) and its kind."""
-    text = str(exc).strip() or repr(exc)
-    return f"{type(exc).__name__}: {text}"
+    """One message for the user: the exception's own text (ours name the fix), never its
+    class; the traceback goes to the terminal."""
+    text = str(exc).strip()
+    if not text:
+        return "the engine stopped unexpectedly; the terminal shows the details"
+    return text[0].upper() + text[1:]
 
 
 class EngineThread(QThread):
@@ -178,6 +182,8 @@ class EngineThread(QThread):
             self._publish(session)
             self.ready.emit(self._info(session, audio))
             reason = self._loop(session, audio, self.recorder)
+        except StartError as exc:  # worded for the window already; no traceback needed
+            self.failed.emit(str(exc))
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
             self.failed.emit(describe_error(exc))
@@ -192,6 +198,9 @@ class EngineThread(QThread):
             self.ended.emit(reason)
 
     def _build(self) -> Session | None:
+        # Devices and the checkpoint first: a missing microphone is said in a second, not
+        # after the model load.
+        check_before_loading(self._settings, self._route)
         from app.session import build_session  # torch loads here, on this thread, never the GUI's
 
         # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as the

@@ -6,11 +6,14 @@ lists then hold only "System default" and the reason shows under them.
 
 from __future__ import annotations
 
+import ctypes.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.audio.devices import VIRTUAL_HINT, list_devices
 
-__all__ = ["DeviceChoice", "device_choices"]
+__all__ = ["DeviceChoice", "cuda_present", "device_choices"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +45,13 @@ def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None
     if len(inputs) == 1 and len(outputs) == 1:
         problem = f"no audio devices found: connect one, {VIRTUAL_HINT}"
     return inputs, outputs, problem
+
+
+def cuda_present() -> bool:
+    """Whether this machine has an NVIDIA GPU driver, asked without torch (the GUI thread never
+    imports it): on Linux the driver lists its GPUs under /proc; elsewhere its library exists.
+    A yes here can still fail later (no CUDA build of torch): the settings check says so."""
+    if sys.platform.startswith("linux"):
+        gpus = Path("/proc/driver/nvidia/gpus")
+        return gpus.is_dir() and any(gpus.iterdir())
+    return ctypes.util.find_library("nvcuda" if sys.platform == "win32" else "cuda") is not None

@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         self.settings = self._load_settings()
         self._connect()
         self._show_idle()
+        self._flag_missing_checkpoint()
         self._restore_geometry()
         self._restore_audio_controls()
         self._timer = QTimer(self)
@@ -250,6 +251,15 @@ class MainWindow(QMainWindow):
         except SettingsError as exc:
             self.error_strip.show_error(f"{exc} — using the defaults until you save Settings.")
             return Settings()
+
+    def _flag_missing_checkpoint(self) -> None:
+        """Say at launch, not at Start, that the configured checkpoint folder has gone."""
+        folder = self.settings.checkpoint
+        if folder is not None and not folder.is_dir():
+            self.error_strip.show_error(
+                f"The checkpoint folder {folder} no longer exists: choose it again in Settings "
+                "(Model > Checkpoint folder), or clear it to run with random weights."
+            )
 
     def _qsettings(self) -> QSettings:
         return QSettings(
