@@ -166,7 +166,7 @@ class TranscriptCard(QFrame):
         )  # fmt: skip
         self.view.setReadOnly(True)
         self.view.setPlaceholderText(self.PLACEHOLDER)
-        self.view.setMinimumHeight(90)
+        self.view.setMinimumHeight(70)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 10, 12, 12)
         layout.setSpacing(6)

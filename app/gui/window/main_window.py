@@ -188,8 +188,16 @@ class MainWindow(QMainWindow):
         column.addWidget(self.transcript, 1)
         left.setMinimumWidth(290)
         self.left_column = left
+        # Wide: the cards scroll on their own and the charts keep the window's height.
+        self.left_scroll = QScrollArea()
+        self.left_scroll.setWidgetResizable(True)
+        self.left_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.left_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.left_scroll.setWidget(left)
+        self.left_scroll.setMinimumWidth(300)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.left_scroll)
         self.splitter.addWidget(self.panel)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([360, 1000])
@@ -306,8 +314,9 @@ class MainWindow(QMainWindow):
                 self.splitter.setSizes([self.left_column.sizeHint().height(), CHARTS_MIN_H])
             else:
                 self.splitter.setSizes([360, 1000])
-        stacked = self.left_column.sizeHint().height() + CHARTS_MIN_H + 40
-        self.content.setMinimumHeight(stacked if narrow else 0)
+        cards = self.left_column.sizeHint().height()
+        self.left_scroll.setMinimumHeight(cards if narrow else 0)  # stacked: no inner scroll
+        self.content.setMinimumHeight(cards + CHARTS_MIN_H + 40 if narrow else 0)
         self.panel.setMinimumHeight(CHARTS_MIN_H if narrow else 0)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
