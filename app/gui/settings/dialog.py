@@ -34,6 +34,7 @@ from app.gui import theme
 from app.gui.a11y import explain
 from app.gui.settings.check import SettingsCheck
 from app.gui.settings.devices import DeviceChoice, cuda_present, device_choices
+from app.gui.settings.models import ModelsDialog
 from app.gui.words import ARM_WORDS
 from app.settings import DEVICES, FAMILIES, MODEL_SIZES, Settings
 from engine.arms import Arm
@@ -86,6 +87,7 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.setMinimumWidth(600)
         self._base = dataclasses.replace(settings)
+        self.models_endpoint: str | None = None  # the hub's address (None: huggingface.co)
         self._check: SettingsCheck | None = None
         self._close_after = False
         layout = QVBoxLayout(self)
@@ -152,6 +154,11 @@ class SettingsDialog(QDialog):
             "Choose the checkpoint folder on disk.",
         )  # fmt: skip
         browse.clicked.connect(self._browse_checkpoint)
+        fetch = explain(
+            QPushButton("Download…"), "download a checkpoint",
+            "Open the Models page: download a public checkpoint (only when you ask).",
+        )  # fmt: skip
+        fetch.clicked.connect(self.open_models)
         self.voice = explain(
             QLineEdit(str(s.voice) if s.voice else ""), "voice prompt",
             "A WAV recording of the voice the assistant should speak with (needs a checkpoint).",
@@ -170,7 +177,9 @@ class SettingsDialog(QDialog):
         )  # fmt: skip
         form.addRow("Family", self.family)
         form.addRow("Size", self.model_size)
-        form.addRow("Checkpoint folder", _path_row(self.checkpoint, browse, "checkpoint folder"))
+        checkpoint_row = _path_row(self.checkpoint, browse, "checkpoint folder")
+        checkpoint_row.insertWidget(2, fetch)
+        form.addRow("Checkpoint folder", checkpoint_row)
         form.addRow("Voice prompt", _path_row(self.voice, browse_voice, "voice prompt"))
         form.addRow("Compute device", self.device)
         return box
@@ -243,6 +252,13 @@ class SettingsDialog(QDialog):
                 combo.addItem(f"{name}  (not connected)", DeviceChoice(name, name, host))
                 combo.setCurrentIndex(combo.count() - 1)
         return combo
+
+    def open_models(self) -> ModelsDialog:
+        """The Models page; a finished download fills the checkpoint folder."""
+        dialog = ModelsDialog(self.models_endpoint, self)
+        dialog.chosen.connect(self.checkpoint.setText)
+        dialog.open()
+        return dialog
 
     def _browse_checkpoint(self) -> None:
         chosen = QFileDialog.getExistingDirectory(
