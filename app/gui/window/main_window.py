@@ -226,7 +226,10 @@ class MainWindow(QMainWindow):
         self.status_text = QLabel()
         self.latency = QLabel()
         self.latency.setObjectName("hint")
-        self.latency.setToolTip("GUI event-loop latency (worst over the last half second)")
+        self.latency.setToolTip(
+            "How late the window reacts to input (the worst in the last half second). The "
+            "assistant's response time is the summary's Response figure."
+        )
         bar = self.statusBar()
         bar.addWidget(self.progress)
         bar.addWidget(self.status_text, 1)
@@ -481,7 +484,7 @@ class MainWindow(QMainWindow):
             self.conversation.indicator.set_state("listen")
         self._ticks += 1
         if self._ticks % 10 == 0:
-            self.latency.setText(f"UI latency {self.probe.recent_ms(50):.0f} ms")
+            self.latency.setText(f"window lag {self.probe.recent_ms(50):.0f} ms")
 
     # -- settings ----------------------------------------------------------------------------
 
