@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.audio.devices import VIRTUAL_HINT, list_devices
+from app.audio.devices import list_devices
 
 __all__ = ["DeviceChoice", "cuda_present", "device_choices"]
 
@@ -34,7 +34,7 @@ def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None
     try:
         devices = list_devices()
     except Exception as exc:  # no PortAudio, or it failed: say so, keep the dialog usable
-        return inputs, outputs, f"audio devices unavailable ({exc}): the system default is used"
+        return inputs, outputs, f"Audio devices unavailable ({exc}): the system default is used."
     for d in devices:
         choice = DeviceChoice(f"{d.name}  ·  {d.host_api}", d.name, d.host_api)
         if d.max_input > 0:
@@ -43,7 +43,10 @@ def device_choices() -> tuple[list[DeviceChoice], list[DeviceChoice], str | None
             outputs.append(choice)
     problem = None
     if len(inputs) == 1 and len(outputs) == 1:
-        problem = f"no audio devices found: connect one, {VIRTUAL_HINT}"
+        problem = (
+            "No audio devices found: connect one, or play a recording to the model instead "
+            "(File > Use a WAV file as the microphone)."
+        )
     return inputs, outputs, problem
 
 

@@ -51,7 +51,7 @@ DEVICE_LABELS = {
     "cpu": "cpu",
 }
 SIZE_LABELS = {
-    "auto": "auto (full on CUDA, small on CPU)",
+    "auto": "auto (full with a checkpoint or on CUDA, else small)",
     "full": "full (released sizes)",
     "small": "small (CPU real time, random weights only)",
 }
@@ -325,7 +325,7 @@ class SettingsDialog(QDialog):
         self._check = None
         self.buttons.setEnabled(True)
         self.error.setStyleSheet(f"color: {theme.ERROR};")
-        self.error.setText(message)
+        self.error.setText(message[:1].upper() + message[1:])
         self.error.show()
         # Grow to fit the message instead of squeezing the form above it.
         self.resize(self.width(), max(self.height(), self.sizeHint().height()))
