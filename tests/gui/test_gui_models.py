@@ -155,7 +155,7 @@ def test_a_download_can_be_cancelled_and_fetches_only_the_rest_later(
     make_window: Callable[..., MainWindow], qtbot: QtBot, hub: Callable[..., _Hub],
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    server = hub(flow_size=2_000_000, slow_s=0.01)  # ~1.2 s for the big file
+    server = hub(flow_size=2_000_000, slow_s=0.03)  # ~4 s for the big file
     window = make_window()
     settings = window.open_settings()
     settings.models_endpoint = server.endpoint
@@ -175,6 +175,8 @@ def test_a_download_can_be_cancelled_and_fetches_only_the_rest_later(
     server.slow_s = 0.0
     with qtbot.waitSignal(page.chosen, timeout=60_000):
         page.download.click()
-    assert server.gets == [big]  # only what the cancel cut off
+    # Only what the cancel cut off (nothing, on a machine so slow that the big file finished
+    # before the cancel landed): the files that came down whole are never fetched again.
+    assert set(server.gets) <= {big}
     page.reject()
     settings.reject()
