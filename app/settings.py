@@ -113,9 +113,12 @@ class Settings:
         return ModelRequest(**{**fields, **overrides})
 
     def resolved_model_size(self, device: str | None = None) -> str:
-        """``auto`` made concrete: full on CUDA, small on CPU (real time on two cores)."""
+        """``auto`` made concrete: full with a checkpoint (released weights are full size),
+        else full on CUDA and small on CPU (real time on two cores)."""
         if self.model_size != "auto":
             return self.model_size
+        if self.checkpoint is not None:
+            return "full"
         device = device or self.resolved_device()
         return "full" if device.startswith("cuda") else "small"
 

@@ -93,3 +93,37 @@ def test_unwritable_folder_is_a_settings_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(SettingsError, match="writable"):
         save_settings(Settings(), blocker / "settings.yaml")
+
+
+def _fake_checkpoint(folder: Path) -> Path:
+    """Token2Wav's three files: YAML text and two small zip archives (torch.save's format)."""
+    import zipfile
+
+    folder.mkdir()
+    (folder / "flow.yaml").write_text("flow: !new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec\n")
+    for name in ("flow.pt", "hift_original.pt"):
+        with zipfile.ZipFile(folder / name, "w") as archive:
+            archive.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+    return folder
+
+
+def test_check_settings_catches_empty_and_truncated_checkpoint_files(tmp_path: Path) -> None:
+    from app.settings import check_settings
+
+    folder = _fake_checkpoint(tmp_path / "t2w")
+
+    def _check_checkpoint(folder: Path) -> None:
+        check_settings(Settings(checkpoint=folder, device="cpu"))
+
+    _check_checkpoint(folder)  # whole files pass
+    assert Settings(checkpoint=folder, device="cpu").resolved_model_size() == "full"
+    (folder / "flow.pt").write_bytes(b"")
+    with pytest.raises(SettingsError, match=r"flow.pt is empty \(0 bytes\).*download"):
+        _check_checkpoint(folder)
+    whole = (folder / "hift_original.pt").read_bytes()
+    (folder / "flow.pt").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SettingsError, match=r"flow\.pt is truncated"):
+        _check_checkpoint(folder)
+    (folder / "flow.pt").write_bytes(b"<html>not found</html>")
+    with pytest.raises(SettingsError, match="is not a PyTorch checkpoint"):
+        _check_checkpoint(folder)

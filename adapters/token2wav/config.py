@@ -44,7 +44,36 @@ def check_folder(folder: Path) -> Path:
             f"Token2Wav folder {folder} lacks {', '.join(missing)}; it must contain "
             f"{', '.join(REQUIRED_FILES)}"
         )
+    for name in REQUIRED_FILES:
+        damage = _damaged(folder / name)
+        if damage:
+            raise CheckpointError(
+                f"checkpoint file {folder / name} {damage}: download the checkpoint again"
+            )
     return folder
+
+
+def _damaged(path: Path) -> str | None:
+    """What is wrong with a checkpoint file, read from its size and header, or None.
+
+    ``.pt`` files are torch's zip archives: a truncated one lacks the zip directory at its end
+    (a legacy pickle, which has no such directory, is accepted when it starts like one)."""
+    import zipfile
+
+    size = path.stat().st_size
+    if size == 0:
+        return "is empty (0 bytes)"
+    if path.suffix != ".pt":
+        return None
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head.startswith(b"\x80"):  # a legacy pickle protocol mark
+        return None
+    if head != b"PK\x03\x04":
+        return f"is not a PyTorch checkpoint ({size} bytes that start like no archive)"
+    if not zipfile.is_zipfile(path):
+        return f"is truncated ({size} bytes, its archive's end is missing)"
+    return None
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         route = AudioRoute(input_wav=wav, realtime=True, output="none")
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
         window.resize(width, height)
+        window.fit_screen()  # at 150-200% scaling the asked size may not fit the screen
         window.show()
         _wait(0.5)
         _converse(window, args.periods)

@@ -15,6 +15,7 @@ PANEL_BORDER = "#2c3038"
 TEXT = "#e4e6eb"
 TEXT_DIM = "#8b919c"
 ACCENT = "#4f9dff"
+FOCUS = "#9ecbff"  # the keyboard focus ring: brighter than any control's own border
 
 LISTEN = "#4f9dff"
 SPEAK = "#ffb23e"
@@ -66,6 +67,16 @@ QStatusBar {{ background: {PANEL}; color: {TEXT_DIM}; border-top: 1px solid {PAN
 QProgressBar {{ background: {METER_TROUGH}; border: 1px solid {PANEL_BORDER}; border-radius: 3px;
                text-align: center; color: {TEXT}; max-height: 14px; }}
 QProgressBar::chunk {{ background: {LOADING}; border-radius: 3px; }}
+QPushButton#clipLamp {{ background: #2a2e35; color: {TEXT_DIM}; border: 1px solid {PANEL_BORDER};
+                        border-radius: 3px; padding: 1px 6px; font-size: 8pt; font-weight: 700; }}
+QPushButton#clipLamp[lit="true"] {{ background: #c62828; color: white; border-color: {OVER}; }}
+QCheckBox::indicator {{ width: 14px; height: 14px; border: 1px solid {TEXT_DIM};
+                        border-radius: 3px; background: #121417; }}
+QCheckBox::indicator:checked {{ background: {ACCENT}; border-color: {ACCENT}; }}
+QCheckBox::indicator:disabled {{ border-color: #4a4f58; background: {PANEL}; }}
+QPushButton:focus, QToolButton:focus, QComboBox:focus, QLineEdit:focus, QSlider:focus,
+QCheckBox:focus, QTextBrowser:focus, QPlainTextEdit:focus {{ border: 2px solid {FOCUS}; }}
+QCheckBox:focus {{ border-radius: 3px; }}
 """
 
 

@@ -52,7 +52,7 @@ def test_talk_switch_arm_export_and_stop(
     out.mkdir()
     with qtbot.waitSignal(window.exports.done, timeout=SESSION_S) as done:
         window.exports.export_to(out, "mid", list(ExportKind))
-    assert len(done.args[0]) == 5
+    assert len(done.args[0]) == len(ExportKind)
     during = _periods(window)
     qtbot.waitUntil(lambda: _periods(window) >= during + 1, timeout=SESSION_S)
 
@@ -93,7 +93,14 @@ def _check_export(window: MainWindow, out: Path, periods: int) -> None:
     assert spy.wait(60_000)
     names = sorted(p.name for p in with_stop.iterdir())
     assert names == sorted(
-        ["session.json", "session.csv", "session.jsonl", "session-mic.wav", "session-assistant.wav"]
+        [
+            "session.json",
+            "session.csv",
+            "session.jsonl",
+            "session-mic.wav",
+            "session-assistant.wav",
+            "session.transcript.txt",
+        ]
     )  # and no temporary files left behind
     chrome = json.loads((with_stop / "session.json").read_text())
     validate_chrome_trace(chrome)
@@ -107,6 +114,7 @@ def _check_export(window: MainWindow, out: Path, periods: int) -> None:
     assert (mic_rate, voice_rate) == (16000, 24000)
     assert len(mic) == periods * 16000 and len(voice) == periods * 24000
     assert abs(mic).max() > 0.05 and abs(voice).max() > 0.01  # the talk, and the answer
+    assert (with_stop / "session.transcript.txt").read_text() == ""  # this family has no text
 
 
 def test_stop_while_loading_ends_cleanly(

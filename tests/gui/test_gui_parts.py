@@ -85,3 +85,43 @@ def test_export_refuses_with_the_fix_and_leaves_no_partial_files(tmp_path: Path)
     voice, rate = sf.read(paths[0] if "assistant" in paths[0].name else paths[1], dtype="int16")
     assert rate == 24000 and voice.max() == 32767
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-assistant.wav", "s-mic.wav"]
+
+
+def test_the_microphone_meter_shows_what_the_model_hears() -> None:
+    from app.gui.engine.levels import HeardLevel
+
+    class Device:
+        def level_db(self) -> float:
+            return -12.0
+
+    gain, open_ = [6.0], [True]
+    level = HeardLevel(Device(), lambda: gain[0], lambda: open_[0])
+    assert level.level_db() == -6.0
+    gain[0] = 20.0
+    assert level.level_db() == 0.0  # capped at full scale (the clip lamp says the rest)
+    open_[0] = False  # push-to-talk released: the model hears nothing, and the meter says so
+    assert level.level_db() == SILENCE_DBFS
+
+
+def test_the_window_and_its_dialogs_import_no_torch() -> None:
+    """The GUI thread never imports torch (DESIGN.md): the engine thread does, at Start."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "from app.gui.launch import create_application\n"
+        "app = create_application([])\n"
+        "from app.gui.window.main_window import MainWindow\n"
+        "from app.gui.settings.models import ModelsDialog\n"
+        "from app.gui.window.help import HelpDialog\n"
+        "assert 'torch' not in sys.modules, 'the GUI imported torch'\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -60,7 +60,7 @@ def test_settings_and_geometry_survive_a_restart(
     assert (saved.model_size, saved.device) == ("small", "cpu")  # untouched fields kept
     second = make_window()
     assert second.settings == saved
-    assert second.toolbar.arm.currentText() == "R"
+    assert second.toolbar.arm.currentData() == "R"
     assert second.toolbar.talk_action.isVisible()  # push-to-talk shows its button
     assert (second.width(), second.height()) == (760, 750)
 

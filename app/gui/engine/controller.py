@@ -15,9 +15,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.audio.rings import SILENCE_DBFS
+from app.gui.engine.clip import ClipCounts
+from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed
 from app.gui.engine.recorder import AudioRecorder
 from app.gui.engine.routes import AudioRoute
+from app.gui.engine.transcript import Transcript
 from app.gui.engine.worker import EngineThread, SessionInfo
 from app.heap import settle_heap
 from app.settings import Settings
@@ -67,12 +70,15 @@ class EngineController(QObject):
     def __init__(self, sessions_dir: Path | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.feed = Feed()
+        self.controls = AudioControls()  # volume, mute, mic gain: shared with every session
         self.state = EngineState.IDLE
         self.info: SessionInfo | None = None
         self.trace: Path | None = None
         self._sessions_dir = sessions_dir
         self._thread: EngineThread | None = None
         self._recorder: AudioRecorder | None = None
+        self._clips = ClipCounts()
+        self._transcript: Transcript | None = None
 
     # -- commands (GUI thread) ---------------------------------------------------------------
 
@@ -81,9 +87,9 @@ class EngineController(QObject):
         if self.state is not EngineState.IDLE:
             raise RuntimeError(f"a conversation is {self.state.value}: stop it before starting")
         self.trace = _new_trace_path(self._sessions_dir or default_sessions_dir())
-        self.info, self._recorder = None, None
+        self.info, self._recorder, self._transcript = None, None, None
         self.feed.clear()
-        thread = EngineThread(settings, route, self.trace, self.feed, parent=self)
+        thread = EngineThread(settings, route, self.trace, self.feed, self.controls, parent=self)
         thread.progress.connect(self.progress)
         thread.ready.connect(self._on_ready)
         thread.failed.connect(self.failed)
@@ -125,6 +131,13 @@ class EngineController(QObject):
             return self._thread.recorder
         return self._recorder
 
+    @property
+    def transcript(self) -> Transcript | None:
+        """The running or last session's transcript (for export), or None before any."""
+        if self._thread is not None:
+            return self._thread.transcript
+        return self._transcript
+
     def levels_db(self) -> tuple[float, float]:
         """(input, output) meter levels in dBFS now; the floor when no session runs."""
         thread = self._thread
@@ -135,6 +148,11 @@ class EngineController(QObject):
             inp.level_db() if inp is not None else SILENCE_DBFS,
             out.level_db() if out is not None else SILENCE_DBFS,
         )
+
+    def clip_counts(self) -> ClipCounts:
+        """The running or last session's clip counts (zeros before any session)."""
+        thread = self._thread
+        return thread.clips if thread is not None else self._clips
 
     # -- engine thread reports (queued to the GUI thread) ----------------------------------
 
@@ -148,7 +166,8 @@ class EngineController(QObject):
         thread = self._thread
         if thread is not None:
             thread.wait()  # run() has returned; this only joins the OS thread
-            self._recorder = thread.recorder
+            self._recorder, self._clips = thread.recorder, thread.clips
+            self._transcript = thread.transcript
         self._thread = None
         # GUI thread, between sessions: the ended session's cycles (~25k objects for the small
         # model) go now, while the user is stopping; what survives is hidden from later walks.

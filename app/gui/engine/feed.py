@@ -52,7 +52,9 @@ class PeriodView:
     period's replay delta (``hits``, ``misses``, ``misses.<reason>``, ``captures``...);
     ``memory`` is bytes by key (CUDA allocated/reserved/peak or CPU rss/peak); ``arm_switch`` is
     the switch logged in this period (``"SRc -> eager"``) or None; ``barge_in`` says the user
-    interrupted the assistant in this period; ``audit`` holds audit mode's running counts.
+    interrupted the assistant in this period; ``audit`` holds audit mode's running counts;
+    ``text`` is what the assistant said (``outcome.text`` where the family has text);
+    ``response_ms`` and ``dropouts`` are the engine thread's own measures (not the outcome's).
     """
 
     index: int
@@ -69,6 +71,9 @@ class PeriodView:
     arm_switch: str | None = None
     barge_in: bool = False
     audit: dict[str, Any] | None = None  # audit mode's counts (``loop["audit"]``), None when off
+    text: str = ""  # what the assistant said in this period (families with text), else ""
+    response_ms: float | None = None  # end of the user's speech to the assistant's first sound
+    dropouts: int = 0  # audio dropouts since the session began (device underruns, overflows)
 
     @classmethod
     def from_outcome(cls, outcome: PeriodOutcome) -> PeriodView:
@@ -90,6 +95,7 @@ class PeriodView:
             arm_switch=str(switches[-1].get("detail") or record.arm) if switches else None,
             barge_in=bool(record.loop.get("barge_in", False)),
             audit=_audit_view(record.loop.get("audit")),
+            text=str(getattr(outcome, "text", "") or ""),  # families without text have none
         )
 
 

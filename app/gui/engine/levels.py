@@ -1,6 +1,6 @@
 """Audio levels for the meters, read by the GUI at display rate without touching any ring.
 
-Two kinds of reader, one protocol (:class:`LevelReader`):
+Readers of one protocol (:class:`LevelReader`):
 
 * :class:`AttributeLevel` reads a device stream's ``level``: the peak of the last block, which
   the PortAudio callback copies aside (never a ring) and the reader measures. No lock: a read
@@ -10,6 +10,8 @@ Two kinds of reader, one protocol (:class:`LevelReader`):
   and plays them back against the wall clock, so a whole period does not show as one flash.
   Periods that arrive faster than real time (an unpaced WAV) queue up to ``max_lag_s`` and
   older backlog is dropped, so the meter never lags the conversation by more than that.
+* :class:`HeardLevel` wraps a device's reader so the microphone meter shows what the model
+  hears: the gain applied, and nothing while push-to-talk is released.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from app.audio.rings import SILENCE_DBFS, peak_dbfs
 
-__all__ = ["AttributeLevel", "EnvelopeLevel", "LevelReader"]
+__all__ = ["AttributeLevel", "EnvelopeLevel", "HeardLevel", "LevelReader"]
 
 
 class LevelReader(Protocol):
@@ -99,3 +101,19 @@ class EnvelopeLevel:
         with self._lock:
             self._blocks.clear()
             self._end = 0.0
+
+
+class HeardLevel:
+    """A device microphone's level as the model hears it: shifted by the gain (capped at full
+    scale), and the floor while push-to-talk holds the microphone closed."""
+
+    def __init__(
+        self, inner: LevelReader, gain_db: Callable[[], float], open_: Callable[[], bool]
+    ) -> None:
+        self._inner, self._gain_db, self._open = inner, gain_db, open_
+
+    def level_db(self) -> float:
+        if not self._open():
+            return SILENCE_DBFS
+        level = self._inner.level_db()
+        return level if level <= SILENCE_DBFS else min(0.0, level + self._gain_db())

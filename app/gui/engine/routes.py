@@ -16,6 +16,7 @@ from typing import TypeVar
 import numpy as np
 
 from app.gui.engine.levels import AttributeLevel, EnvelopeLevel, LevelReader
+from app.gui.engine.preflight import device_error
 from app.periods import PeriodSink, PeriodSource, WavSource
 from app.settings import Settings
 
@@ -98,22 +99,31 @@ _Opened = tuple[_End, str, LevelReader | None]  # the end, its label, its own me
 def _open_input(route: AudioRoute, settings: Settings, rate: int) -> _Opened[PeriodSource]:
     if route.input_wav is not None:
         if not Path(route.input_wav).is_file():
-            raise FileNotFoundError(f"input WAV {route.input_wav} does not exist: pass a .wav file")
+            raise FileNotFoundError(
+                f"the recording {route.input_wav} does not exist: choose another "
+                "(File > Use a WAV file as the microphone)"
+            )
         return WavSource(route.input_wav, rate, realtime=route.realtime), route.input_wav.name, None
-    from app.audio import DeviceSource
+    from app.audio import AudioError, DeviceSource
 
     source = DeviceSource(settings.input_device, rate=rate, host_api=settings.host_api)
-    source.start()
+    try:
+        source.start()
+    except AudioError as error:
+        raise device_error("input", settings.input_device, error) from None
     return source, settings.input_device or "system default", AttributeLevel(source)
 
 
 def _open_output(route: AudioRoute, settings: Settings, rate: int) -> _Opened[PeriodSink]:
     if route.output == "none":
         return NullSink(), "recorded only", None
-    from app.audio import DeviceSink
+    from app.audio import AudioError, DeviceSink
 
     sink = DeviceSink(settings.output_device, rate=rate, host_api=settings.host_api)
-    sink.start()
+    try:
+        sink.start()
+    except AudioError as error:
+        raise device_error("output", settings.output_device, error) from None
     return sink, settings.output_device or "system default", AttributeLevel(sink)
 
 

@@ -10,6 +10,8 @@ What crosses threads, and how:
     * per-period records: :class:`~app.gui.engine.feed.Feed` (a locked deque the GUI drains);
     * audio for export: :class:`~app.gui.engine.recorder.AudioRecorder` (locked, snapshotted);
     * meter levels: the readers of :class:`~app.gui.engine.routes.OpenedAudio` (floats);
+    * volume, mute and microphone gain: :class:`~app.gui.engine.controls.AudioControls`, read
+      once per period; clip counts back as :class:`~app.gui.engine.clip.ClipCounts`;
     * stop, arm and push-to-talk requests from the GUI: a ``threading.Event`` and the session's
       own any-thread methods (``request_arm``, ``set_push_to_talk``).
 A stop takes effect at the end of the period in flight (at most one native period).
@@ -17,18 +19,26 @@ A stop takes effect at the end of the period in flight (at most one native perio
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
+from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
+from app.gui.engine.clip import ClipCounts
+from app.gui.engine.controls import AudioControls
 from app.gui.engine.feed import Feed, PeriodView
-from app.gui.engine.levels import LevelReader
+from app.gui.engine.levels import HeardLevel, LevelReader
+from app.gui.engine.preflight import StartError, check_before_loading
 from app.gui.engine.recorder import AudioRecorder
+from app.gui.engine.response import ResponseClock
 from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
+from app.gui.engine.transcript import Transcript, transcript_path
 from app.heap import freeze_heap
 from app.settings import Settings
 from engine.arms import Arm
@@ -45,7 +55,9 @@ class SessionInfo:
 
     model_name: str
     device: str
+    accelerator: str  # "NVIDIA H200, 139.8 GiB", or "CPU" (graphs are then not launched)
     weights_synthetic: bool
+    output_trim_db: float  # below the volume: RANDOM_WEIGHTS_TRIM_DB for random weights
     arm: str
     period_s: float
     input_rate: int
@@ -55,10 +67,34 @@ class SessionInfo:
     trace: Path | None
 
 
+def _dropouts(audio: OpenedAudio) -> int:
+    """Device dropouts so far: output underruns and dry spells, input overflows (a file and
+    the null sink have none)."""
+    total = 0
+    for end in (audio.source, audio.sink):
+        stats = getattr(end, "stats", None)
+        if stats is not None:
+            total += int(stats.underflows) + int(stats.overflows) + int(stats.dry_events)
+    return total
+
+
+def _accelerator(device: str) -> str:
+    """The GPU's name and memory for a CUDA device (engine thread: it asks torch)."""
+    if not device.startswith("cuda"):
+        return "CPU"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
+
+
 def describe_error(exc: BaseException) -> str:
-    """One message for the user: the exception's own text (ours name the fix) and its kind."""
-    text = str(exc).strip() or repr(exc)
-    return f"{type(exc).__name__}: {text}"
+    """One message for the user: the exception's own text (ours name the fix), never its
+    class; the traceback goes to the terminal."""
+    text = str(exc).strip()
+    if not text:
+        return "the engine stopped unexpectedly; the terminal shows the details"
+    return text[0].upper() + text[1:]
 
 
 class EngineThread(QThread):
@@ -69,6 +105,7 @@ class EngineThread(QThread):
         route: where the audio comes from and goes to.
         trace: the session's JSONL trace path (None: no trace, and no trace export).
         feed: where period views go for the GUI.
+        controls: volume, mute and microphone gain, read each period (None: the defaults).
         parent: the owning QObject (the controller), so Qt deletes the thread with it.
     """
 
@@ -83,9 +120,13 @@ class EngineThread(QThread):
         route: AudioRoute,
         trace: Path | None,
         feed: Feed,
+        controls: AudioControls | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.controls = controls or AudioControls()
+        self.clips = ClipCounts()
+        self.transcript = Transcript()  # what was said; written beside the trace at the end
         self._settings = settings
         self._route = route
         self._trace = trace
@@ -133,10 +174,16 @@ class EngineThread(QThread):
                 return
             audio = open_audio(self._route, self._settings, session.input_rate, session.output_rate)
             self.input_level, self.output_level = audio.input_level, audio.output_level
+            if audio.input_envelope is None:  # a device meters itself: show what the model hears
+                self.input_level = HeardLevel(
+                    audio.input_level, lambda: self.controls.mic_gain_db, self._mic_open
+                )
             self.recorder = AudioRecorder(session.input_rate, session.output_rate)
             self._publish(session)
             self.ready.emit(self._info(session, audio))
             reason = self._loop(session, audio, self.recorder)
+        except StartError as exc:  # worded for the window already; no traceback needed
+            self.failed.emit(str(exc))
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
             self.failed.emit(describe_error(exc))
@@ -145,11 +192,15 @@ class EngineThread(QThread):
                 self._session = None
             if audio is not None:
                 audio.close()
+            self._write_transcript()
             if session is not None:
                 session.close()
             self.ended.emit(reason)
 
     def _build(self) -> Session | None:
+        # Devices and the checkpoint first: a missing microphone is said in a second, not
+        # after the model load.
+        check_before_loading(self._settings, self._route)
         from app.session import build_session  # torch loads here, on this thread, never the GUI's
 
         # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as the
@@ -171,27 +222,62 @@ class EngineThread(QThread):
             if self._push_to_talk_held:
                 session.set_push_to_talk(True)
 
+    def _write_transcript(self) -> None:
+        """``<trace>.transcript.txt`` beside the trace, when anything was said in text."""
+        if self._trace is None or not self._trace.parent.is_dir() or not self.transcript.lines():
+            return
+        try:
+            self.transcript.write(transcript_path(self._trace))
+        except OSError:  # the trace folder went away: the export still has the transcript
+            traceback.print_exc()
+
+    def _mic_open(self) -> bool:
+        """Whether the model hears the microphone now (always, unless push-to-talk is off)."""
+        return not self._settings.push_to_talk or self._push_to_talk_held
+
     def _loop(self, session: Session, audio: OpenedAudio, recorder: AudioRecorder) -> str:
         samples = round(session.period_s * session.input_rate)
+        controls = self.controls
+        mic_stage = MicStage()
+        trim = RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0
+        out_stage = OutputStage(session.output_rate, trim_db=trim)
+        silence = np.zeros(samples, dtype=np.float32)
+        clock = ResponseClock(session.input_rate, session.output_rate)
         while not self._stop.is_set():
-            mic = audio.source.read_period(samples)
-            if mic is None:
+            raw = audio.source.read_period(samples)
+            if raw is None:
                 return "input ended"
+            mic_stage.gain_db = controls.mic_gain_db
+            mic = mic_stage.process(raw)
+            heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
             outcome = session.step(mic)
             view = PeriodView.from_outcome(outcome)
+            out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
+            played = out_stage.process(outcome.pcm)
+            played_at = view.t_s + (view.budget_ms + view.processing_ms) / 1e3
+            response_s = clock.feed(view.t_s, heard, outcome.pcm, played_at)
+            view = dataclasses.replace(
+                view,
+                response_ms=None if response_s is None else response_s * 1e3,
+                dropouts=_dropouts(audio),
+            )
             if view.barge_in:
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
-            audio.sink.write(outcome.pcm)
-            recorder.add(mic, outcome.pcm)
-            audio.feed_levels(mic, outcome.pcm)
+            audio.sink.write(played)
+            recorder.add(heard, played)
+            self.transcript.add(view.t_s, "Assistant", view.text)
+            audio.feed_levels(heard, played)
+            self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
         return "stopped"
 
     def _info(self, session: Session, audio: OpenedAudio) -> SessionInfo:
         return SessionInfo(
+            accelerator=_accelerator(str(session.device)),
             model_name=str(session.model_name),
             device=str(session.device),
             weights_synthetic=bool(session.weights_synthetic),
+            output_trim_db=RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0,
             arm=str(session.arm),
             period_s=float(session.period_s),
             input_rate=int(session.input_rate),

@@ -36,6 +36,7 @@ class ExportDialog(QDialog):
         *,
         has_trace: bool,
         has_audio: bool,
+        has_transcript: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -51,7 +52,9 @@ class ExportDialog(QDialog):
         form = QFormLayout()
         form.addRow("Folder", row)
         form.addRow("File name", self.stem)
-        self.boxes = _kind_boxes(has_trace=has_trace, has_audio=has_audio)
+        self.boxes = _kind_boxes(
+            has_trace=has_trace, has_audio=has_audio, has_transcript=has_transcript
+        )
         for box in self.boxes.values():
             form.addRow("", box)
         self.preview = QLabel()
@@ -87,12 +90,24 @@ class ExportDialog(QDialog):
         self.export_button.setEnabled(bool(kinds) and bool(stem))
 
 
-def _kind_boxes(*, has_trace: bool, has_audio: bool) -> dict[ExportKind, QCheckBox]:
+def _kind_boxes(
+    *, has_trace: bool, has_audio: bool, has_transcript: bool
+) -> dict[ExportKind, QCheckBox]:
     """One check box per kind of file; what the session cannot give is unticked and disabled."""
     boxes: dict[ExportKind, QCheckBox] = {}
     for kind in ExportKind:
         box = QCheckBox(kind.label)
-        available = has_trace if kind.from_trace else has_audio
+        if kind is ExportKind.TRANSCRIPT:
+            available = has_transcript
+            box.setToolTip(
+                "What was said, a line per turn."
+                if available
+                else "Nothing was said in text: this model speaks without a transcript."
+            )
+        else:
+            available = has_trace if kind.from_trace else has_audio
+            box.setToolTip(f"Write the {kind.label.split(' (')[0].lower()}.")
+        box.setAccessibleName(kind.label)
         box.setChecked(available)
         box.setEnabled(available)
         boxes[kind] = box

@@ -45,11 +45,13 @@ class ExportFlow(QObject):
     def open_dialog(self, parent: QWidget | None) -> ExportDialog:
         """The export dialog (window-modal, non-blocking); Export starts the job."""
         trace, recorder = self.controller.trace, self.controller.recorder
+        transcript = self.controller.transcript
         dialog = ExportDialog(
             self.default_folder(),
             trace.stem if trace is not None else "session",
             has_trace=trace is not None and trace.is_file(),
             has_audio=recorder is not None,
+            has_transcript=transcript is not None and bool(transcript.lines()),
             parent=parent,
         )
         dialog.accepted.connect(lambda: self.export_to(*dialog.selection()))
@@ -59,7 +61,8 @@ class ExportFlow(QObject):
     def export_to(self, folder: Path, stem: str, kinds: list[ExportKind]) -> None:
         """Write the selected files on a pool thread (the conversation goes on)."""
         self.folder = folder
-        job = ExportJob(folder, stem, kinds, self.controller.trace, self.controller.recorder)
+        c = self.controller
+        job = ExportJob(folder, stem, kinds, c.trace, c.recorder, c.transcript)
         job.setAutoDelete(False)
         job.signals.done.connect(self._done)
         job.signals.failed.connect(self._failed)

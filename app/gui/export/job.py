@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from app.gui.engine.recorder import AudioRecorder
+from app.gui.engine.transcript import Transcript
 from app.gui.export.writers import ExportKind, export_session
 
 __all__ = ["ExportJob", "start_export"]
@@ -34,17 +35,21 @@ class ExportJob(QRunnable):
         kinds: Iterable[ExportKind],
         trace: Path | None,
         recorder: AudioRecorder | None,
+        transcript: Transcript | None = None,
     ) -> None:
         super().__init__()
         self.signals = _Signals()
         self._args = (folder, stem, tuple(kinds))
-        self._trace, self._recorder = trace, recorder
+        self._trace, self._recorder, self._transcript = trace, recorder, transcript
 
     def run(self) -> None:
         folder, stem, kinds = self._args
         try:
             channels = self._recorder.snapshot() if self._recorder is not None else None
-            paths = export_session(folder, stem, kinds, trace=self._trace, channels=channels)
+            said = self._transcript.text() if self._transcript is not None else None
+            paths = export_session(
+                folder, stem, kinds, trace=self._trace, channels=channels, transcript=said
+            )
         except Exception as exc:  # the user sees every failure; the conversation goes on
             traceback.print_exc()
             self.signals.failed.emit(f"export failed: {exc}")

@@ -1,4 +1,5 @@
-"""Write a session's trace and audio to files: Perfetto JSON, CSV, JSONL and two WAVs. No Qt.
+"""Write a session's trace, audio and transcript to files: Perfetto JSON, CSV, JSONL, two WAVs
+and a text file. No Qt.
 
 Every file is written with ``engine.files.atomic_write`` (a temporary file in the destination
 folder, flushed, then renamed over the name), so a failure or a crash midway never leaves a half
@@ -33,10 +34,16 @@ class ExportKind(StrEnum):
     JSONL = "jsonl"
     MIC = "mic"
     ASSISTANT = "assistant"
+    TRANSCRIPT = "transcript"
 
     @property
     def label(self) -> str:
         return _LABELS[self]
+
+    @property
+    def from_audio(self) -> bool:
+        """Written from the session's recorded audio."""
+        return self in (ExportKind.MIC, ExportKind.ASSISTANT)
 
     @property
     def from_trace(self) -> bool:
@@ -50,6 +57,7 @@ _SUFFIX = {
     ExportKind.JSONL: ".jsonl",
     ExportKind.MIC: "-mic.wav",
     ExportKind.ASSISTANT: "-assistant.wav",
+    ExportKind.TRANSCRIPT: ".transcript.txt",
 }
 _LABELS = {
     ExportKind.PERFETTO: "Trace for Perfetto (.json)",
@@ -57,6 +65,7 @@ _LABELS = {
     ExportKind.JSONL: "Raw trace (.jsonl)",
     ExportKind.MIC: "Microphone audio (-mic.wav)",
     ExportKind.ASSISTANT: "Assistant audio (-assistant.wav)",
+    ExportKind.TRANSCRIPT: "Transcript (.transcript.txt)",
 }
 _TRACE_KINDS = frozenset({ExportKind.PERFETTO, ExportKind.CSV, ExportKind.JSONL})
 
@@ -80,7 +89,11 @@ _Channels = tuple[ChannelSnapshot, ChannelSnapshot]  # the recorder's (mic, assi
 
 
 def _check(
-    folder: Path, kinds: set[ExportKind], trace: Path | None, channels: _Channels | None
+    folder: Path,
+    kinds: set[ExportKind],
+    trace: Path | None,
+    channels: _Channels | None,
+    transcript: str | None,
 ) -> None:
     if not kinds:
         raise ExportError("nothing selected: tick at least one kind of file to export")
@@ -90,8 +103,10 @@ def _check(
         raise ExportError(f"export folder {folder} is not writable: choose a folder you can write")
     if kinds & _TRACE_KINDS and (trace is None or not trace.is_file()):
         raise ExportError("no session trace yet: start a conversation, then export its trace")
-    if kinds - _TRACE_KINDS and channels is None:
+    if any(kind.from_audio for kind in kinds) and channels is None:
         raise ExportError("no session audio yet: start a conversation, then export its audio")
+    if ExportKind.TRANSCRIPT in kinds and transcript is None:
+        raise ExportError("no transcript yet: start a conversation, then export what was said")
 
 
 def export_session(
@@ -101,25 +116,38 @@ def export_session(
     *,
     trace: Path | None,
     channels: _Channels | None,
+    transcript: str | None = None,
 ) -> list[Path]:
     """Write the selected files; returns their paths. Raises ``ExportError`` naming the fix.
 
     ``trace`` is the session's live JSONL; ``channels`` the recorder's (mic, assistant)
-    snapshot. Runs on any thread but the engine's (it reads files and concatenates audio).
+    snapshot; ``transcript`` the session's transcript text ("" when nothing was said in text,
+    None without a session). Runs on any thread but the engine's (it reads files and
+    concatenates audio).
     """
     wanted = set(kinds)
     stem = stem.strip()
     if not stem or "/" in stem or stem.startswith("."):
         raise ExportError(f"file name {stem!r}: give a plain name like 'session-1', no slashes")
-    _check(folder, wanted, trace, channels)
+    _check(folder, wanted, trace, channels, transcript)
     paths = export_paths(folder, stem, sorted(wanted))
-    return [_write(kind, out, trace, channels) for kind, out in paths.items()]
+    return [_write(kind, out, trace, channels, transcript) for kind, out in paths.items()]
 
 
-def _write(kind: ExportKind, out: Path, trace: Path | None, channels: _Channels | None) -> Path:
+def _write(
+    kind: ExportKind,
+    out: Path,
+    trace: Path | None,
+    channels: _Channels | None,
+    transcript: str | None,
+) -> Path:
     """The file of ``kind`` at ``out``, from what :func:`_check` found to be there."""
     from engine.trace_export import export_csv, export_perfetto
 
+    if kind is ExportKind.TRANSCRIPT:
+        assert transcript is not None, "_check passes a transcript export only with a transcript"
+        text = transcript
+        return atomic_write(out, lambda f: f.write(text), text=True)
     if kind.from_trace:
         assert trace is not None, "_check passes a trace export only when there is a trace"
         if kind is ExportKind.PERFETTO:

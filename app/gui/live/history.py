@@ -36,6 +36,7 @@ class History:
         self.memory_keys: list[str] = []
         self.totals: dict[str, float] = {}
         self.arm_switches: list[tuple[float, str]] = []  # (t_s, "SRc -> eager")
+        self.responses_ms: list[float] = []  # each answer's response latency, in order
 
     def __len__(self) -> int:
         return len(self._views)
@@ -68,6 +69,8 @@ class History:
                     self.memory_keys.append(key)
             if view.arm_switch is not None:
                 self.arm_switches.append((view.t_s, view.arm_switch))
+            if view.response_ms is not None:
+                self.responses_ms.append(view.response_ms)
 
     def window(self, seconds: float) -> list[PeriodView]:
         """The views whose start lies within ``seconds`` of the newest one."""

@@ -1,7 +1,7 @@
 """The live panel: cadence, replay, captures, memory and stages over the last minutes.
 
-Five linked charts on one time axis (session seconds), each redrawn only when new periods
-arrive (about once a second), so the 20 Hz GUI timer costs almost nothing between periods:
+Five charts in one column on one linked time axis (session seconds), each redrawn only when new
+periods arrive (about once a second), so the 20 Hz GUI timer costs almost nothing between periods:
 
     cadence      processing ms per period (red where over budget) against the budget line,
                  with p50/p95 guides
@@ -19,17 +19,67 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from app.gui import theme
 from app.gui.engine.feed import PeriodView
 from app.gui.live.history import History
-from app.gui.live.plots import ArmMarkers, Bars, legend, new_plot, nice_ceiling, nice_range, pen
+from app.gui.live.plots import (
+    DASHES,
+    PATTERNS,
+    ArmMarkers,
+    Bars,
+    legend,
+    new_plot,
+    nice_ceiling,
+    nice_range,
+    pen,
+    set_title,
+)
 from app.gui.live.summary import SummaryCard
+from app.gui.words import reason_words
 
 __all__ = ["LivePanel"]
 
 _BAR_FILL = 0.7  # of a period: bars of neighbouring periods keep a gap between them
+
+CHART_TIPS = (
+    "How long each period took to compute (dots; red triangles when late) against the budget, "
+    "the period's own length (red dashes): below it the voice plays smoothly.",
+    "The model's operations in each period: replayed from a recorded graph, or run directly "
+    "(and why). On the CPU nothing is launched as a graph: these are the engine's decisions.",
+    "Graphs recorded (captured) and thrown away (invalidated) in each period. A healthy GPU "
+    "session records at the start, then only replays.",
+    "Memory in use: on a GPU allocated, reserved and peak; on the CPU the process's resident "
+    "memory. The state rule (S arms) keeps it lower.",
+    "Where each period's time goes: the backbone (listening and deciding), the flow (turning "
+    "tokens into a spectrogram) and the vocoder (turning that into sound).",
+)
+CAPTURES_TITLE = "Graphs captured and invalidated"
+HOVER_HINT = "Point at a chart to read that period's figures here."
+
+
+def describe_period(view: PeriodView) -> str:
+    """One period's figures in a line, for the hover readout."""
+    replay = view.replay
+    parts = [
+        f"{view.t_s:.1f} s, period {view.index}, arm {view.arm}",
+        f"computed in {view.processing_ms:.0f} of {view.budget_ms:.0f} ms",
+        f"replayed {replay.get('hits', 0):.0f}, direct {replay.get('misses', 0):.0f}",
+        f"graphs captured {replay.get('captures', 0):.0f}, "
+        f"invalidated {replay.get('invalidations', 0):.0f}",
+    ]
+    memory = {_MEMORY_LABELS.get(k, k): v for k, v in view.memory.items()}
+    if memory:
+        name, value = next(iter(memory.items()))
+        parts.append(f"{name} {value / 2**20:.0f} MiB")
+    if view.stages_ms:
+        parts.append(", ".join(f"{k} {v:.0f} ms" for k, v in view.stages_ms.items()))
+    if view.response_ms is not None:
+        parts.append(f"answered {view.response_ms:.0f} ms after you stopped")
+    return " · ".join(parts)
+
 
 _MEMORY_LABELS = {
     "allocated_bytes": "allocated",
@@ -50,43 +100,81 @@ class LivePanel(QWidget):
         self.history = History()
         self.summary = SummaryCard(self.history.stats_window)  # placed by the window; redraw fills
         self.canvas = pg.GraphicsLayoutWidget()
+        for part in (self.canvas, self.canvas.viewport()):  # Tab skips the charts' canvas
+            part.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.canvas.setAccessibleName("live charts")
+        self.canvas.setAccessibleDescription(
+            "Per period: processing time against the budget, operator calls replayed or run "
+            "eagerly, graphs captured, memory, and time per stage."
+        )
         self.canvas.ci.setSpacing(6)
         self.canvas.ci.setContentsMargins(2, 2, 2, 2)
+        # Before the first period the charts would be empty 0-1 axes: a sentence instead.
+        self.placeholder = QLabel(
+            "The charts appear here once a conversation runs: press Start (F5).\n"
+            "They show, period by period, how long the engine took against the budget, what it "
+            "replayed, the graphs it recorded, memory, and where the time went."
+        )
+        self.placeholder.setObjectName("hint")
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(self.canvas)
+        self.readout = QLabel(HOVER_HINT)
+        self.readout.setObjectName("hint")
+        self.readout.setWordWrap(True)
+        self.readout.setAccessibleName("chart readout")
+        self.readout.setToolTip("The figures of the period under the mouse, on every chart.")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
-        layout.addWidget(self.canvas, 1)
+        layout.setSpacing(4)
+        layout.addWidget(self.stack, 1)
+        layout.addWidget(self.readout)
         self._build_charts()
+        self.hover_lines = []
+        for plot in self.plots:
+            line = pg.InfiniteLine(angle=90, pen=pen(theme.TEXT, 1.0, Qt.PenStyle.DotLine))
+            line.hide()
+            plot.addItem(line, ignoreBounds=True)
+            self.hover_lines.append(line)
+        self.canvas.scene().sigMouseMoved.connect(self._hover)
 
     # -- construction ------------------------------------------------------------------------
 
     def _build_charts(self) -> None:
         c = self.canvas.ci
-        self.cadence = new_plot(
-            c, "Processing time per period vs budget", "ms", row=0, col=0, colspan=2
-        )
+        self.cadence = new_plot(c, "Processing time per period vs budget", "ms", row=0, col=0)
         self.replay = new_plot(
-            c, "Operator calls per period: replayed, or eager by reason", "calls", row=1, col=0
+            c,
+            "Operator calls per period: replayed, or run directly (and why)",
+            "calls",
+            row=1,
+            col=0,
         )
-        self.captures = new_plot(c, "Captures and invalidations per period", "graphs", row=1, col=1)
-        self.memory = new_plot(c, "Memory", "MiB", row=2, col=0)
-        self.stages = new_plot(c, "Stages per period", "ms", row=2, col=1)
-        c.layout.setRowStretchFactor(0, 5)
-        c.layout.setRowStretchFactor(1, 4)
-        c.layout.setRowStretchFactor(2, 4)
-        # One time axis for all: ranges are set together in redraw(). (pyqtgraph's setXLink
-        # aligns linked views in screen space, which skews plots in different columns.)
+        self.captures = new_plot(c, CAPTURES_TITLE, "graphs", row=2, col=0)
+        self.memory = new_plot(c, "Memory", "MiB", row=3, col=0)
+        self.stages = new_plot(c, "Time per stage per period", "ms", row=4, col=0)
+        for row, stretch in enumerate((5, 4, 3, 3, 4)):
+            c.layout.setRowStretchFactor(row, stretch)
+        # One column, one time axis: the same moment (an arm switch) at the same x on every
+        # chart. The axes share their left width (new_plot), so linked views line up.
         self.plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
+        for plot, tip in zip(self.plots, CHART_TIPS, strict=True):
+            plot.setToolTip(tip)
         self._build_cadence()
-        for plot in (self.replay, self.captures):  # the middle row shares the bottom row's axis
+        for plot in self.plots[:-1]:  # only the bottom chart labels the shared time axis
             plot.getAxis("bottom").setStyle(showValues=False)
             plot.setLabel("bottom", "")
+            plot.setXLink(self.stages)
         legend(self.replay, columns=3)
         self.hits = Bars(self.replay, theme.HITS, "replayed")
         self.misses: dict[str, Bars] = {}
         legend(self.captures)
         self.capture_bars = Bars(self.captures, theme.CAPTURES, "captures", width=0.4)
-        self.invalid_bars = Bars(self.captures, theme.INVALIDATIONS, "invalidations", width=0.4)
+        self.invalid_bars = Bars(
+            self.captures, theme.INVALIDATIONS, "invalidations", 0.4, PATTERNS[1]
+        )
         legend(self.memory, columns=2)
         self.memory_lines: dict[str, pg.PlotDataItem] = {}
         legend(self.stages, columns=3)
@@ -105,35 +193,70 @@ class LivePanel(QWidget):
             symbolBrush=theme.PROCESSING,
             symbolPen=None,
         )
-        self.over = pg.ScatterPlotItem(
-            size=7, brush=pg.mkBrush(theme.OVER), pen=None, name="over budget"
-        )
-        self.cadence.addItem(self.over)
+        self.over = self.cadence.plot(
+            pen=None, name="over budget", symbol="t", symbolSize=9,
+            symbolBrush=theme.OVER, symbolPen=None,
+        )  # fmt: skip
         self.budget = self.cadence.plot(pen=pen(theme.BUDGET, 1.4, dash=True), name="budget")
-        self.p50 = self.cadence.plot(pen=pen(theme.TEXT_DIM, 1.0, dash=True), name="p50")
-        self.p95 = self.cadence.plot(pen=pen(theme.SPEAK, 1.0, dash=True), name="p95")
-        self.cadence.setYRange(0, 1000)
+        self.p50 = self.cadence.plot(
+            pen=pen(theme.TEXT_DIM, 1.0, Qt.PenStyle.DotLine), name="median"
+        )
+        self.p95 = self.cadence.plot(pen=pen(theme.SPEAK, 1.0, Qt.PenStyle.DashDotLine), name="p95")
+        # Log time: a 20 ms period and the 1000 ms budget both readable on one chart.
+        self.cadence.setLogMode(y=True)
+        self.cadence.setYRange(0, 3)
 
     def _miss_bars(self, reason: str) -> Bars:
         if reason not in self.misses:
             colour = theme.SERIES[len(self.misses) % len(theme.SERIES)]
-            self.misses[reason] = Bars(self.replay, colour, f"eager: {reason}")
+            pattern = PATTERNS[(len(self.misses) + 1) % len(PATTERNS)]  # solid is "replayed"
+            name = f"direct: {reason_words(reason)}"
+            self.misses[reason] = Bars(self.replay, colour, name, pattern=pattern)
         return self.misses[reason]
 
     def _memory_line(self, key: str) -> pg.PlotDataItem:
         if key not in self.memory_lines:
             colour = theme.MEMORY_COLORS[len(self.memory_lines) % len(theme.MEMORY_COLORS)]
             name = _MEMORY_LABELS.get(key, key.removesuffix("_bytes"))
-            dash = key.startswith("peak")
-            self.memory_lines[key] = self.memory.plot(pen=pen(colour, 1.5, dash=dash), name=name)
+            dash = DASHES[len(self.memory_lines) % len(DASHES)]
+            self.memory_lines[key] = self.memory.plot(pen=pen(colour, 1.5, dash), name=name)
         return self.memory_lines[key]
 
     def _stage_bars(self, name: str) -> Bars:
         if name not in self.stage_bars:
             spare = theme.SERIES[len(self.stage_bars) % len(theme.SERIES)]
             colour = theme.STAGE_COLORS.get(name, spare)
-            self.stage_bars[name] = Bars(self.stages, colour, name)
+            pattern = PATTERNS[len(self.stage_bars) % len(PATTERNS)]
+            self.stage_bars[name] = Bars(self.stages, colour, name, pattern=pattern)
         return self.stage_bars[name]
+
+    # -- hover -------------------------------------------------------------------------------
+
+    def _hover(self, pos: QPointF) -> None:
+        for plot in self.plots:
+            if plot.sceneBoundingRect().contains(pos):
+                self.read_at(float(plot.getViewBox().mapSceneToView(pos).x()))
+                return
+
+    def read_at(self, t_s: float) -> str:
+        """Show the figures of the period nearest ``t_s`` (session seconds) under the charts,
+        and a dotted line through it on every chart; returns the text ("" when none)."""
+        views = self.history.window(self.span_s)
+        if not views:
+            return ""
+        view = min(views, key=lambda v: abs(v.t_s - t_s))
+        for line in self.hover_lines:
+            line.setPos(view.t_s)
+            line.show()
+        self.readout.setText(describe_period(view))
+        return self.readout.text()
+
+    def set_device(self, accelerator: str) -> None:
+        """Say on the capture chart, on the CPU, that no graph is launched there."""
+        title = CAPTURES_TITLE
+        if accelerator == "CPU":
+            title += " (on the CPU none is launched: the counts are the engine's decisions)"
+        set_title(self.captures, title)
 
     # -- updates -----------------------------------------------------------------------------
 
@@ -143,6 +266,10 @@ class LivePanel(QWidget):
             return
         self.history.clear()
         self.markers.clear()
+        for line in self.hover_lines:
+            line.hide()
+        self.readout.setText(HOVER_HINT)
+        self.stack.setCurrentWidget(self.placeholder)
         self._switches_drawn = 0
         self.redraw()
 
@@ -151,6 +278,7 @@ class LivePanel(QWidget):
         if not views:
             return
         self.history.extend(views)
+        self.stack.setCurrentWidget(self.canvas)
         self.redraw()
 
     def redraw(self) -> None:
@@ -171,17 +299,17 @@ class LivePanel(QWidget):
             step = self.span_s / 30
             right = max(np.ceil((t[-1] + period) / step) * step, min(self.span_s, 30.0))
             left = max(0.0, right - self.span_s)
-            if self.cadence.getViewBox().state["targetRange"][0] != [left, right]:
-                for plot in self.plots:
-                    plot.setXRange(left, right, padding=0)
+            if self.stages.getViewBox().state["targetRange"][0] != [left, right]:
+                self.stages.setXRange(left, right, padding=0)  # the others are linked to it
         self.summary.refresh(self.history)
 
     def _draw_cadence(self, views: list[PeriodView], t: np.ndarray) -> None:
         ms = History.series(views, "processing_ms")
         budget = History.series(views, "budget_ms")
-        self.processing.setData(t, ms)
+        shown = np.maximum(ms, 0.1)  # log axis: a 0 ms period shows at 0.1 ms
+        self.processing.setData(t, shown)
         over = np.array([v.over_budget for v in views], dtype=bool)
-        self.over.setData(t[over], ms[over])
+        self.over.setData(t[over], shown[over])
         self.budget.setData(t, budget)
         stats = self.history.stats.summary()
         for line, key in ((self.p50, "p50_s"), (self.p95, "p95_s")):
@@ -190,7 +318,10 @@ class LivePanel(QWidget):
                 line.setData([], [])
             else:
                 line.setData(t[[0, -1]], np.full(2, float(value) * 1e3))
-        self._set_y(self.cadence, 0.0, nice_ceiling(1.3 * max([*ms, *budget, 1.0])))
+        # Decades, snapped to fifths so the axis rarely moves: the data and the budget in view.
+        low = np.log10(max(0.1, 0.7 * float(shown.min(initial=1e9)) if len(views) else 1.0))
+        high = np.log10(3.0 * max([*ms, *budget, 1.0]))  # room above the budget for the legend
+        self._set_y(self.cadence, np.floor(low * 5) / 5, np.ceil(high * 5) / 5)
 
     def _draw_replay(self, views: list[PeriodView], t: np.ndarray, period: float) -> None:
         """Operator calls per period, stacked: replayed, then eager by reason."""

@@ -5,12 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QGraphicsItem
 
 from app.gui import theme
 
-__all__ = ["ArmMarkers", "Bars", "legend", "new_plot", "nice_ceiling", "nice_range", "pen"]
+__all__ = [
+    "DASHES",
+    "PATTERNS",
+    "ArmMarkers",
+    "Bars",
+    "legend",
+    "new_plot",
+    "nice_ceiling",
+    "nice_range",
+    "pen",
+    "set_title",
+]
 
 
 def nice_ceiling(value: float) -> float:
@@ -32,18 +43,45 @@ def nice_range(low: float, high: float) -> tuple[float, float]:
     return float(np.floor(low / step) * step), float(np.ceil(high / step) * step + step / 2)
 
 
-def pen(colour: str, width: float = 1.6, dash: bool = False) -> pg.QtGui.QPen:
+def pen(colour: str, width: float = 1.6, dash: bool | Qt.PenStyle = False) -> pg.QtGui.QPen:
+    """A cosmetic pen; ``dash`` True for dashes, or any Qt pen style (dots, dash-dots...)."""
     p = pg.mkPen(colour, width=width)
-    if dash:
+    if dash is True:
         p.setStyle(Qt.PenStyle.DashLine)
+    elif dash:
+        p.setStyle(dash)
     p.setCosmetic(True)
     return p
+
+
+# Fills for bar series besides their hue, in order: a series reads without colour vision.
+PATTERNS = (
+    Qt.BrushStyle.SolidPattern,
+    Qt.BrushStyle.BDiagPattern,
+    Qt.BrushStyle.Dense4Pattern,
+    Qt.BrushStyle.CrossPattern,
+    Qt.BrushStyle.FDiagPattern,
+    Qt.BrushStyle.HorPattern,
+    Qt.BrushStyle.DiagCrossPattern,
+)
+# Line styles for line series besides their hue, in order.
+DASHES = (
+    Qt.PenStyle.SolidLine,
+    Qt.PenStyle.DashLine,
+    Qt.PenStyle.DotLine,
+    Qt.PenStyle.DashDotLine,
+)
+
+
+def set_title(plot: pg.PlotItem, title: str) -> None:
+    """A chart's small title."""
+    plot.setTitle(f"<span style='color:{theme.TEXT}; font-size:9pt'>{title}</span>")
 
 
 def new_plot(layout: pg.GraphicsLayout, title: str, units: str, **where: int) -> pg.PlotItem:
     """A plot with a small title, a light grid, no mouse zoom (the panel scrolls itself)."""
     plot: pg.PlotItem = layout.addPlot(**where)
-    plot.setTitle(f"<span style='color:{theme.TEXT}; font-size:9pt'>{title}</span>")
+    set_title(plot, title)
     plot.showGrid(x=True, y=True, alpha=0.12)
     plot.setMenuEnabled(False)
     plot.setMouseEnabled(x=False, y=False)
@@ -80,19 +118,44 @@ def legend(plot: pg.PlotItem, columns: int = 5) -> pg.LegendItem:
 
 
 class Bars:
-    """A bar series that can stack on a baseline; updating replaces x and heights in place."""
+    """A bar series that can stack on a baseline; updating replaces x and heights in place.
 
-    def __init__(self, plot: pg.PlotItem, colour: str, name: str, width: float = 0.7) -> None:
+    ``pattern`` fills the bars besides their colour. A series with no non-zero height in view
+    is hidden and leaves the legend, so an idle chart does not list what it does not show."""
+
+    def __init__(
+        self,
+        plot: pg.PlotItem,
+        colour: str,
+        name: str,
+        width: float = 0.7,
+        pattern: Qt.BrushStyle = Qt.BrushStyle.SolidPattern,
+    ) -> None:
         self.width = width
-        colour_q = QColor(colour)
+        self.name = name
+        self._legend: pg.LegendItem | None = plot.legend
+        brush = QBrush(QColor(colour), pattern)
         self.item = pg.BarGraphItem(
-            x=[], height=[], width=width, brush=colour_q, pen=pg.mkPen(None), name=name
+            x=[], height=[], width=width, brush=brush, pen=pg.mkPen(None), name=name
         )
         plot.addItem(self.item)
+        self._show(False)
 
     def set(self, x: np.ndarray, height: np.ndarray, base: np.ndarray | None = None) -> None:
         y0 = base if base is not None else np.zeros_like(height)
         self.item.setOpts(x=x, height=height, y0=y0, width=self.width)
+        self._show(bool(np.any(height)))
+
+    def _show(self, visible: bool) -> None:
+        if visible == self.item.isVisible():
+            return
+        self.item.setVisible(visible)
+        if self._legend is not None:
+            if visible:
+                self._legend.addItem(self.item, self.name)
+            else:
+                self._legend.removeItem(self.item)
+            self._legend.setVisible(bool(self._legend.items))  # no empty legend box
 
 
 class ArmMarkers:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
 
 from app.gui import theme
 from app.gui.live.history import History
+from app.gui.words import reason_words
 
 __all__ = ["SummaryCard"]
 
@@ -14,6 +16,8 @@ class _Chip(QWidget):
     def __init__(self, title: str, tip: str) -> None:
         super().__init__()
         self.setToolTip(tip)
+        self.setAccessibleName(title)
+        self.setAccessibleDescription(tip)
         self.title = theme.card_title(title)
         self.value = QLabel("—")
         self.value.setObjectName("value")
@@ -37,26 +41,50 @@ def _size(n_bytes: float) -> str:
 
 
 class SummaryCard(QFrame):
-    """Two columns of figures: p50, p95, max, over budget, replayed, eager, captures, memory,
-    and audit mode's verdict."""
+    """Two columns of figures: response latency, real-time headroom, p50, p95, max, over
+    budget, dropouts, replayed, eager, captures, memory, and audit mode's verdict."""
 
     def __init__(self, window: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("card")
         last = f"over the last {window} periods"
         specs = {
-            "p50": ("p50", f"median processing time per period {last}"),
-            "p95": ("p95", f"95th percentile processing time per period {last}"),
-            "max": ("max", f"slowest period {last}"),
-            "over": ("over budget", "periods whose processing took longer than the period"),
-            "hits": ("replayed", "operator calls replayed from a captured graph: hits (session)"),
-            "misses": ("eager", "operator calls run eagerly: misses, by reason (session)"),
-            "captures": ("captures / inval.", "graphs captured / invalidated (session)"),
-            "memory": ("memory peak", "GPU peak allocated, or CPU peak resident set"),
+            "response": (
+                "response",
+                "How long the assistant takes to answer: from the end of your speech to its "
+                "first sound (median of the answers so far; the last one in brackets).",
+            ),
+            "headroom": (
+                "headroom",
+                "How many times faster than real time the engine computes a period (the period "
+                f"divided by the 95th percentile time, {last}). Below 1x the voice stutters.",
+            ),
+            "p50": ("p50", f"Median time to compute one period, {last}."),
+            "p95": ("p95", f"95 periods in 100 are computed at least this fast ({last})."),
+            "max": ("max", f"The slowest period, {last}."),
+            "over": (
+                "over budget",
+                "Periods that took longer to compute than they last (each one can stutter).",
+            ),
+            "dropouts": (
+                "dropouts",
+                "Moments the speaker ran dry or the microphone overflowed (audible gaps). "
+                "A file as the microphone, or no speaker, has none.",
+            ),
+            "hits": ("replayed", "Model operations replayed from a recorded graph (session)."),
+            "misses": (
+                "direct",
+                "Model operations run directly, not replayed, by reason (session).",
+            ),
+            "captures": (
+                "captures / inval.",
+                "Graphs recorded / thrown away because something they relied on changed.",
+            ),
+            "memory": ("memory peak", "The most memory used: GPU peak, or on the CPU resident."),
             "audit": (
                 "audit",
-                "audit mode (Settings): every carry retention shadowed by the stock "
-                "concatenation and compared bit for bit; retentions that agreed / diverged",
+                "Audit mode (Settings): every carried state is checked against the stock "
+                "concatenation, bit for bit; retentions that agreed / diverged.",
             ),
         }
         title = theme.card_title("Cadence and replay")
@@ -75,6 +103,21 @@ class SummaryCard(QFrame):
     def refresh(self, history: History) -> None:
         s = history.stats.summary()
         c = self.chips
+        responses = history.responses_ms
+        if responses:
+            median = float(np.median(responses))
+            c["response"].show_value(f"{median:.0f} ms ({responses[-1]:.0f})")
+        else:
+            c["response"].show_value("—")
+        p95, last_view = s["p95_s"], history.last
+        if p95 and last_view is not None:
+            headroom = last_view.budget_ms / 1e3 / float(p95)
+            colour = theme.OVER if headroom < 1 else theme.PROCESSING
+            c["headroom"].show_value(f"{headroom:.1f}x real time", colour)
+        else:
+            c["headroom"].show_value("—")
+        dropouts = last_view.dropouts if last_view is not None else 0
+        c["dropouts"].show_value(str(dropouts), theme.OVER if dropouts else None)
         c["p50"].show_value(_ms(s["p50_s"]))
         c["p95"].show_value(_ms(s["p95_s"]))
         c["max"].show_value(_ms(s["max_s"]))
@@ -88,8 +131,8 @@ class SummaryCard(QFrame):
         )
         c["misses"].show_value(f"{t.get('misses', 0):.0f}")
         c["misses"].setToolTip(
-            "operator calls run eagerly: misses, by reason (session):\n"
-            + ("\n".join(f"  {r}: {n:.0f}" for r, n in reasons) or "  none")
+            "Model operations run directly, not replayed, by reason (session):\n"
+            + ("\n".join(f"  {n:.0f}: {reason_words(r)} ({r})" for r, n in reasons) or "  none")
         )
         c["captures"].show_value(f"{t.get('captures', 0):.0f} / {t.get('invalidations', 0):.0f}")
         last = history.last

@@ -37,7 +37,9 @@ class SettingsCheck(QRunnable):
             return
         except Exception as exc:  # an unexpected failure is still the user's to see
             traceback.print_exc()
-            self.signals.failed.emit(f"{type(exc).__name__}: {exc}")
+            self.signals.failed.emit(
+                f"These settings could not be checked ({exc}); the terminal shows the details."
+            )
             return
         self.signals.passed.emit(self.settings)
 

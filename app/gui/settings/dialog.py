@@ -32,30 +32,31 @@ from PySide6.QtWidgets import (
 
 from adapters.registry import family
 from app.gui import theme
+from app.gui.a11y import explain
 from app.gui.settings.check import SettingsCheck
-from app.gui.settings.devices import DeviceChoice, device_choices
+from app.gui.settings.devices import DeviceChoice, cuda_present, device_choices
+from app.gui.settings.models import ModelsDialog
+from app.gui.words import ARM_WORDS
 from app.settings import DEVICES, FAMILIES, MODEL_SIZES, Settings
 from engine.arms import Arm
 
 __all__ = ["ARM_HELP", "SettingsDialog"]
 
+DEVICE_LABELS = {
+    "auto": "auto (the GPU when there is one)",
+    "cuda": "cuda (NVIDIA GPU)",
+    "cpu": "cpu",
+}
 SIZE_LABELS = {
-    "auto": "auto (full on CUDA, small on CPU)",
+    "auto": "auto (full with a checkpoint or on CUDA, else small)",
     "full": "full (released sizes)",
     "small": "small (CPU real time, random weights only)",
 }
-ARM_HELP = {
-    Arm.EAGER: "eager: stock allocation, no replay",
-    Arm.S: "S: state rule only (demand-sized regions, carry)",
-    Arm.R: "R: replay per solver step",
-    Arm.RC: "Rc: replay per chunk",
-    Arm.SR: "SR: state rule + replay per solver step",
-    Arm.SRC: "SRc: state rule + replay per chunk (default)",
-}
+ARM_HELP = {arm: f"{arm.value} — {ARM_WORDS[arm]}" for arm in Arm}
 
 
-def _path_row(edit: QLineEdit, browse: QPushButton) -> QHBoxLayout:
-    clear = QPushButton("Clear")
+def _path_row(edit: QLineEdit, browse: QPushButton, what: str) -> QHBoxLayout:
+    clear = explain(QPushButton("Clear"), f"clear the {what}", f"Forget the {what}.")
     clear.clicked.connect(edit.clear)
     row = QHBoxLayout()
     row.addWidget(edit, 1)
@@ -83,6 +84,7 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.setMinimumWidth(600)
         self._base = dataclasses.replace(settings)
+        self.models_endpoint: str | None = None  # the hub's address (None: huggingface.co)
         self._check: SettingsCheck | None = None
         self._close_after = False
         layout = QVBoxLayout(self)
@@ -111,27 +113,72 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.hint)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+        for combo in (self.family, self.model_size, self.device, self.arm,
+                      self.input_device, self.output_device):  # fmt: skip
+            combo.currentIndexChanged.connect(self._edited)
+        for edit in (self.checkpoint, self.voice):
+            edit.textChanged.connect(self._edited)
+        for check in (self.audit, self.echo_cancel, self.push_to_talk):
+            check.toggled.connect(self._edited)
+
+    def _edited(self) -> None:
+        """A field changed: an error about the old values no longer holds."""
+        if self._check is None and self.error.isVisible():
+            self.error.hide()
 
     # -- groups ------------------------------------------------------------------------------
 
     def _model_group(self, s: Settings) -> QGroupBox:
         box = QGroupBox("Model")
         form = QFormLayout(box)
-        self.family = _combo([(family(f).title, f) for f in FAMILIES], s.family)
-        self.model_size = _combo([(SIZE_LABELS.get(m, m), m) for m in MODEL_SIZES], s.model_size)
-        self.checkpoint = QLineEdit(str(s.checkpoint) if s.checkpoint else "")
+        self.family = explain(
+            _combo([(family(f).title, f) for f in FAMILIES], s.family), "model family",
+            "Which voice model to run. Each family declares its own timelines (period, windows).",
+        )  # fmt: skip
+        self.model_size = explain(
+            _combo([(SIZE_LABELS.get(m, m), m) for m in MODEL_SIZES], s.model_size), "size",
+            "The model's size: full is the released model (needs its checkpoint for speech); "
+            "small keeps real time on a laptop CPU but only with random weights.",
+        )  # fmt: skip
+        self.checkpoint = explain(
+            QLineEdit(str(s.checkpoint) if s.checkpoint else ""), "checkpoint folder",
+            "The folder holding the model's weights (for Token2Wav: flow.yaml, flow.pt, "
+            "hift_original.pt). "
+            "Empty: seeded random weights, which make noise, not speech.",
+        )  # fmt: skip
         self.checkpoint.setPlaceholderText("none: seeded random weights (the audio is not speech)")
-        browse = QPushButton("Browse…")
+        browse = explain(
+            QPushButton("Browse…"), "browse for the checkpoint folder",
+            "Choose the checkpoint folder on disk.",
+        )  # fmt: skip
         browse.clicked.connect(self._browse_checkpoint)
-        self.voice = QLineEdit(str(s.voice) if s.voice else "")
+        fetch = explain(
+            QPushButton("Download…"), "download a checkpoint",
+            "Open the Models page: download a public checkpoint (only when you ask).",
+        )  # fmt: skip
+        fetch.clicked.connect(self.open_models)
+        self.voice = explain(
+            QLineEdit(str(s.voice) if s.voice else ""), "voice prompt",
+            "A WAV recording of the voice the assistant should speak with (needs a checkpoint).",
+        )  # fmt: skip
         self.voice.setPlaceholderText("none: a seeded random voice (needs no checkpoint)")
-        browse_voice = QPushButton("Browse…")
+        browse_voice = explain(
+            QPushButton("Browse…"), "browse for the voice prompt", "Choose a voice recording."
+        )
         browse_voice.clicked.connect(self._browse_voice)
-        self.device = _combo([(d, d) for d in DEVICES], s.device)
+        # No GPU driver here: "cuda" would only fail at Start, so it is not offered.
+        offered = [d for d in DEVICES if d != "cuda" or cuda_present() or s.device == "cuda"]
+        self.device = explain(
+            _combo([(DEVICE_LABELS.get(d, d), d) for d in offered], s.device), "compute device",
+            "Where the model runs: a GPU (cuda) launches recorded graphs; the CPU runs every "
+            "operation directly. auto picks the GPU when there is one.",
+        )  # fmt: skip
         form.addRow("Family", self.family)
         form.addRow("Size", self.model_size)
-        form.addRow("Checkpoint folder", _path_row(self.checkpoint, browse))
-        form.addRow("Voice prompt", _path_row(self.voice, browse_voice))
+        checkpoint_row = _path_row(self.checkpoint, browse, "checkpoint folder")
+        checkpoint_row.insertWidget(2, fetch)
+        form.addRow("Checkpoint folder", checkpoint_row)
+        form.addRow("Voice prompt", _path_row(self.voice, browse_voice, "voice prompt"))
         form.addRow("Compute device", self.device)
         return box
 
@@ -139,10 +186,17 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Engine")
         form = QFormLayout(box)
         # Qt stores a StrEnum as its plain string: the combo holds values, Arm() reads them back.
-        self.arm = _combo([(ARM_HELP[a], a.value) for a in Arm], Arm(s.arm).value)
-        self.audit = QCheckBox(
-            "Audit mode (shadow every carry retention with the stock concatenation; S, SR, SRc)"
-        )
+        self.arm = explain(
+            _combo([(ARM_HELP[a], a.value) for a in Arm], Arm(s.arm).value), "arm",
+            "How the engine runs the model (the paper's ablation arm); it also switches live "
+            "from the toolbar. Help (F1) explains each.",
+        )  # fmt: skip
+        self.audit = explain(
+            QCheckBox("Audit mode (check every carried state against the stock way, bit for bit)"),
+            "audit mode",
+            "Slower: every time the lean state carries memory over, the stock concatenation is "
+            "computed too and compared. Shows agreements in the summary (S, SR, SRc arms).",
+        )  # fmt: skip
         self.audit.setChecked(s.audit)
         form.addRow("Ablation arm", self.arm)
         form.addRow("", self.audit)
@@ -152,11 +206,24 @@ class SettingsDialog(QDialog):
         box = QGroupBox("Audio")
         form = QFormLayout(box)
         inputs, outputs, problem = device_choices()
-        self.input_device = self._device_combo(inputs, s.input_device, s.host_api)
-        self.output_device = self._device_combo(outputs, s.output_device, s.host_api)
-        self.echo_cancel = QCheckBox("Echo cancellation (needs pywebrtc-audio)")
+        self.input_device = explain(
+            self._device_combo(inputs, s.input_device, s.host_api), "microphone",
+            "The microphone the model hears (File > Use a WAV file plays a recording instead).",
+        )  # fmt: skip
+        self.output_device = explain(
+            self._device_combo(outputs, s.output_device, s.host_api), "speaker",
+            "Where the assistant's voice plays.",
+        )  # fmt: skip
+        self.echo_cancel = explain(
+            QCheckBox("Echo cancellation (needs pywebrtc-audio)"), "echo cancellation",
+            "Remove the assistant's own voice from the microphone, for speakers without "
+            "headphones; otherwise the model hears itself.",
+        )  # fmt: skip
         self.echo_cancel.setChecked(s.echo_cancel)
-        self.push_to_talk = QCheckBox("Push-to-talk (hold Space or the Talk button)")
+        self.push_to_talk = explain(
+            QCheckBox("Push-to-talk (hold Space or the Talk button)"), "push-to-talk",
+            "The model hears you only while Space or the Talk button is held (half duplex).",
+        )  # fmt: skip
         self.push_to_talk.setChecked(s.push_to_talk)
         form.addRow("Input", self.input_device)
         form.addRow("Output", self.output_device)
@@ -183,6 +250,13 @@ class SettingsDialog(QDialog):
                 combo.addItem(f"{name}  (not connected)", DeviceChoice(name, name, host))
                 combo.setCurrentIndex(combo.count() - 1)
         return combo
+
+    def open_models(self) -> ModelsDialog:
+        """The Models page; a finished download fills the checkpoint folder."""
+        dialog = ModelsDialog(self.models_endpoint, self)
+        dialog.chosen.connect(self.checkpoint.setText)
+        dialog.open()
+        return dialog
 
     def _browse_checkpoint(self) -> None:
         chosen = QFileDialog.getExistingDirectory(
@@ -249,8 +323,10 @@ class SettingsDialog(QDialog):
         self._check = None
         self.buttons.setEnabled(True)
         self.error.setStyleSheet(f"color: {theme.ERROR};")
-        self.error.setText(message)
+        self.error.setText(message[:1].upper() + message[1:])
         self.error.show()
+        # Grow to fit the message instead of squeezing the form above it.
+        self.resize(self.width(), max(self.height(), self.sizeHint().height()))
 
     @property
     def error_text(self) -> str:

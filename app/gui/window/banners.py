@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.gui import theme
+from app.gui.a11y import explain
 
 __all__ = ["SYNTHETIC_TEXT", "ErrorStrip", "SyntheticBanner"]
 
@@ -33,7 +34,10 @@ class SyntheticBanner(QFrame):
         self.label = QLabel(SYNTHETIC_TEXT)
         self.label.setObjectName("bannerText")
         self.label.setWordWrap(True)
-        button = QPushButton("Settings…")
+        button = explain(
+            QPushButton("Choose a checkpoint…"), "choose a checkpoint",
+            "Open Settings to choose a checkpoint folder, so the assistant speaks.",
+        )  # fmt: skip
         button.clicked.connect(self.open_settings)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 6, 8, 6)
@@ -55,7 +59,7 @@ class ErrorStrip(QFrame):
         self.label.setObjectName("error")
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QPushButton("Dismiss")
+        close = explain(QPushButton("Dismiss"), "dismiss the error", "Hide this message.")
         close.clicked.connect(self.hide)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 6, 8, 6)

@@ -1,0 +1,66 @@
+"""A conversation's transcript: who said what, when. No Qt.
+
+The engine thread adds each period's text (``PeriodView.text``: what the assistant said, for
+families with text); consecutive pieces from one speaker join into one line, so a model that
+emits a word every 80 ms still reads as sentences. Any thread may take :meth:`Transcript.text`
+(export) while the engine adds; the lines are copied under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.files import atomic_write
+
+__all__ = ["Line", "Transcript", "transcript_path"]
+
+
+def transcript_path(trace: Path) -> Path:
+    """Where a session's transcript goes beside its trace: ``<stem>.transcript.txt``."""
+    return trace.with_name(f"{trace.stem}.transcript.txt")
+
+
+@dataclass
+class Line:
+    t_s: float  # session seconds where the line began
+    speaker: str  # "Assistant" or "You"
+    text: str
+
+    def render(self) -> str:
+        minutes, seconds = divmod(self.t_s, 60.0)
+        return f"[{int(minutes):02d}:{seconds:04.1f}] {self.speaker}: {self.text}"
+
+
+class Transcript:
+    """The lines so far (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lines: list[Line] = []
+        self._lock = threading.Lock()
+
+    def add(self, t_s: float, speaker: str, piece: str) -> None:
+        """Append ``piece``; it continues the last line when the same speaker said it."""
+        piece = piece.strip()
+        if not piece:
+            return
+        with self._lock:
+            last = self._lines[-1] if self._lines else None
+            if last is not None and last.speaker == speaker:
+                last.text = f"{last.text} {piece}"
+            else:
+                self._lines.append(Line(t_s, speaker, piece))
+
+    def lines(self) -> list[Line]:
+        with self._lock:
+            return [Line(line.t_s, line.speaker, line.text) for line in self._lines]
+
+    def text(self) -> str:
+        """The whole transcript, a line per turn ("" when nobody said anything in text)."""
+        return "".join(line.render() + "\n" for line in self.lines())
+
+    def write(self, path: Path) -> Path:
+        """Write :meth:`text` to ``path`` atomically (UTF-8)."""
+        text = self.text()
+        return atomic_write(path, lambda f: f.write(text), text=True)

@@ -1,0 +1,111 @@
+"""The transcript: fed live from each period's ``text``, kept per session, written beside the
+trace as ``<trace>.transcript.txt`` and exported with the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.gui.engine.transcript import Transcript, transcript_path
+from app.gui.export.writers import ExportKind
+
+if TYPE_CHECKING:
+    from app.gui.window.main_window import MainWindow
+
+pytestmark = pytest.mark.gui
+
+SESSION_MS = 60_000
+
+
+class _Said:
+    """A period's outcome with the ``text`` a family with text gives (the lead's session will)."""
+
+    def __init__(self, outcome: Any, text: str) -> None:
+        self._outcome, self.text = outcome, text
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._outcome, name)
+
+
+@pytest.fixture
+def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every second period the assistant says a word: ``w<index>``."""
+    from app.session import Session
+
+    step = Session.step
+
+    def said(self: Session, mic: Any) -> Any:
+        outcome = step(self, mic)
+        index = outcome.record.index
+        return _Said(outcome, f"w{index}" if index % 2 == 0 else "")
+
+    monkeypatch.setattr(Session, "step", said)
+
+
+def test_transcript_lines_join_one_speakers_pieces() -> None:
+    transcript = Transcript()
+    transcript.add(1.0, "Assistant", "hello")
+    transcript.add(2.0, "Assistant", " there ")
+    transcript.add(2.5, "Assistant", "")
+    transcript.add(63.0, "You", "hi")
+    assert transcript.text() == "[00:01.0] Assistant: hello there\n[01:03.0] You: hi\n"
+    assert transcript_path(Path("/x/session-1.jsonl")) == Path("/x/session-1.transcript.txt")
+
+
+def test_the_transcript_shows_live_is_kept_per_session_and_is_written_and_exported(
+    make_window: Callable[..., MainWindow], qtbot: QtBot, tmp_path: Path, talking_session: None
+) -> None:
+    window = make_window()
+    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
+        window.start_conversation()
+    qtbot.waitUntil(lambda: "w4" in window.transcript.text(), timeout=SESSION_MS)
+    assert window.transcript.text().startswith("[00:00.")
+    assert "] Assistant: w0 w2 w4" in window.transcript.text()
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
+        window.stop_conversation()
+    shown = window.transcript.text()
+    trace = window.controller.trace
+    assert trace is not None
+    beside = transcript_path(trace)
+    assert beside.read_text() == shown  # beside the trace, as shown
+
+    out = tmp_path / "export"
+    out.mkdir()
+    dialog = window.open_export()
+    assert dialog.boxes[ExportKind.TRANSCRIPT].isEnabled()
+    dialog.reject()
+    with qtbot.waitSignal(window.exports.done, timeout=SESSION_MS):
+        window.exports.export_to(out, "talk", [ExportKind.TRANSCRIPT])
+    assert (out / "talk.transcript.txt").read_text() == shown
+
+    # A new session starts a new transcript (the old one stays beside its trace).
+    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
+        window.start_conversation()
+    qtbot.waitUntil(lambda: len(window.panel.history) >= 1, timeout=SESSION_MS)
+    assert window.transcript.text().count("w0") == 1
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
+        window.stop_conversation()
+    assert beside.read_text() == shown
+
+
+def test_a_model_without_text_offers_no_transcript_export(
+    make_window: Callable[..., MainWindow], qtbot: QtBot
+) -> None:
+    window = make_window()
+    assert "speaks without text" in window.transcript.view.placeholderText()
+    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
+        window.start_conversation()
+    qtbot.waitUntil(lambda: len(window.panel.history) >= 2, timeout=SESSION_MS)
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
+        window.stop_conversation()
+    assert window.transcript.text() == ""
+    dialog = window.open_export()
+    assert not dialog.boxes[ExportKind.TRANSCRIPT].isEnabled()
+    assert "without a transcript" in dialog.boxes[ExportKind.TRANSCRIPT].toolTip()
+    dialog.reject()
+    assert window.controller.trace is not None
+    assert not transcript_path(window.controller.trace).exists()

@@ -1,0 +1,85 @@
+"""Plain words: what a user cares about (response, headroom, dropouts, the CPU said plainly),
+tooltips on every chart, arm names with their meaning, and a lamp that follows the voice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.gui.engine.response import ResponseClock
+from engine.arms import Arm
+
+if TYPE_CHECKING:
+    from app.gui.window.main_window import MainWindow
+
+pytestmark = pytest.mark.gui
+
+SESSION_MS = 60_000
+
+
+def test_response_clock_times_the_first_sound_after_speech() -> None:
+    clock = ResponseClock(mic_rate=1000, out_rate=1000)
+    talk, quiet = np.full(1000, 0.3, np.float32), np.zeros(1000, np.float32)
+    talk[600:] = 0.0  # speech ends 0.6 s into the period starting at t = 2
+    assert clock.feed(2.0, talk, quiet, played_at=3.1) is None
+    answer = np.zeros(1000, np.float32)
+    answer[200:] = 0.2  # first sound 0.2 s into the audio played from t = 4.1
+    assert clock.feed(3.0, quiet, answer, played_at=4.1) == pytest.approx(4.3 - 2.6)
+    assert clock.feed(4.0, quiet, answer, played_at=5.1) is None  # one answer, one measure
+    # The assistant already talking when the user stops is no answer: no onset after speech.
+    assert clock.feed(5.0, talk, np.full(1000, 0.2, np.float32), played_at=6.1) is None
+
+
+def test_a_cpu_session_says_plainly_what_it_measures(
+    make_window: Callable[..., MainWindow], qtbot: QtBot
+) -> None:
+    window = make_window()
+    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS) as ready:
+        window.start_conversation()
+    assert ready.args[0].accelerator == "CPU"
+    assert window.session_card.value("device") == "CPU (no graphs launched)"
+    assert "no graphs are launched" in window.session_card.values["device"].toolTip()
+    assert "on the CPU" in window.panel.captures.titleLabel.text
+    qtbot.waitUntil(lambda: len(window.panel.history.responses_ms) >= 1, timeout=SESSION_MS)
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
+        window.stop_conversation()
+    chips = window.panel.summary.chips
+    assert chips["response"].value.text().endswith(")")  # "1234 ms (1180)"
+    assert chips["headroom"].value.text().endswith("x real time")
+    assert chips["dropouts"].value.text() == "0"  # a file and no speaker: none
+    assert all(view.dropouts == 0 for view in window.panel.history.window(1e9))
+    assert 0 < window.panel.history.responses_ms[0] < 10_000
+
+
+def test_every_chart_and_figure_explains_itself_and_arms_say_what_they_mean(
+    make_window: Callable[..., MainWindow],
+) -> None:
+    window = make_window()
+    for plot in window.panel.plots:
+        assert len(plot.toolTip()) > 40
+    for chip in window.panel.summary.chips.values():
+        assert len(chip.toolTip()) > 20 and chip.accessibleName()
+    arms = window.toolbar.arm
+    texts = [arms.itemText(i) for i in range(arms.count())]
+    assert "SRc — lean state, one graph per chunk (default)" in texts
+    assert all(" — " in text for text in texts) and arms.currentData() == Arm.SRC.value
+
+
+def test_the_lamp_says_speaking_while_the_voice_still_plays(
+    make_window: Callable[..., MainWindow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window = make_window()
+    indicator = window.conversation.indicator
+    levels = [(-120.0, -12.0)]
+    monkeypatch.setattr(window.controller, "levels_db", lambda: levels[0])
+    window._last_phase = "listen"  # the model has stopped speaking ...
+    indicator.set_state("listen")
+    window._tick()
+    assert indicator.text == "Speaking"  # ... but its last words still play
+    levels[0] = (-120.0, -120.0)
+    window._tick()
+    assert indicator.text == "Listening"
