@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.token2wav.binding import call_classes
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stream import FlowStream
 from bench.env_info import environment
@@ -66,10 +66,10 @@ def windows(count: int, seed: int = 2) -> list[torch.Tensor]:
     ]
 
 
-def make_stream(flow: Any, prompt: tuple, arm: Arm, engine: ReplayEngine) -> FlowStream:
+def make_stream(flow: Any, prompt: tuple, arm: Arm, replay: ReplayEngine) -> FlowStream:
     tokens, mel, spk = prompt
-    classes = call_classes("minicpmo45", mel.shape[1])
-    return FlowStream(flow, tokens, mel, spk, arm=arm, engine=engine, classes=classes)
+    binding = bind_flow("minicpmo45", mel.shape[1])
+    return FlowStream(flow, tokens, mel, spk, binding=binding, arm=arm, replay=replay)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engine.contract import Declaration, load_declaration
+from engine.contract import Declaration
+from engine.declaration_io import load_declaration
 
 __all__ = ["Call", "CallInfo", "CallKind", "TokenWindower"]
 

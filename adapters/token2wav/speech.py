@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor
 
-from adapters.token2wav.chunks import call_frames
 from adapters.token2wav.hift import HiFTGenerator, IstftMode
 from adapters.token2wav.stream import FlowStream
 from adapters.token2wav.vocoder_stream import (
@@ -34,13 +33,13 @@ from engine.signature import Catalog, Signature, TensorSpec, contiguous_stride
 class SpeechStream:
     """``push(tokens, last_chunk) -> (1, samples)`` float32 PCM at 24 kHz; an ``ArmedStream``."""
 
-    def __init__(self, flow: FlowStream, hift: HiFTGenerator, engine: ReplayEngine) -> None:
-        self.flow, self.hift, self.engine = flow, hift, engine
+    def __init__(self, flow: FlowStream, hift: HiFTGenerator, replay: ReplayEngine) -> None:
+        self.flow, self.hift, self.replay = flow, hift, replay
         self.device = hift.stft_window.device
         self.cache_samples = MEL_CACHE_FRAMES * hift.config.samples_per_frame
         self.window = fade_window(self.cache_samples, self.device)
         self.state = VocoderState.initial(hift.config.in_channels, self.device)
-        self.op = engine.register(
+        self.op = replay.register(
             "hift_chunk", self._vocode, catalog=self._catalog(), aliased=(), copy_out=True
         )
         self._stage: Callable[[str], AbstractContextManager[None]] = _untimed
@@ -110,7 +109,10 @@ class SpeechStream:
     def _catalog(self) -> Catalog:
         """Every vocoder call the flow's classes produce, from and after a stream start."""
         n_mels, dev = self.hift.config.in_channels, self.device
-        frames = {(call_frames(c.tokens, c.last_chunk), c.last_chunk) for c in self.flow.classes}
+        binding = self.flow.binding
+        frames = {
+            (binding.call_frames(c.tokens, c.last_chunk), c.last_chunk) for c in binding.classes
+        }
         sigs = []
         for empty in (True, False):
             tails = (
