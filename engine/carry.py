@@ -26,7 +26,7 @@ Constraints (the contract a replay engine relies on):
 - Live data always starts at offset 0 of the buffer, for both orders, so :meth:`Carry.view`
   has the buffer's base pointer.
 - The carry never writes the base (prompt-only) tensor it was built from: that tensor is shared
-  copy-on-write by every carry of every session (``engine/state.py``).
+  copy-on-write by every carry of every session.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class Carry:
     """A region's retained cache in one preallocated buffer whose address never changes.
 
     Args:
-        base: the prompt-only state (shared, never written here; see ``engine/state.py``).
+        base: the prompt-only state (shared by every carry of the stream, never written here).
             The buffer takes its dtype and device; its extent along ``dim`` is the base extent.
         dim: the clock dimension (negative counts from the end).
         prompt, history, order: the region's declared retention (module docstring).

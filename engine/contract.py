@@ -294,24 +294,24 @@ class Declaration:
             )
         return resolve_operating_point(self.operating_point, overrides)
 
-    def rate_hz(self, clock: str, overrides: Mapping[str, int] | None = None) -> float:
-        """The rate of ``clock`` in Hz: a root's ``rate_hz``, or the rate of the clock it is
-        ``per`` times its ``ratio`` (``sample`` = 25 tokens/s × 2 frames × 480 = 24,000 Hz).
-
-        Raises ``DeclarationError`` for a clock with no fixed rate (an event clock, or one counted
-        per operator call).
-        """
-        env, rate, name = self.values(overrides), 1.0, clock
-        while (found := self.clocks.get(name)) is not None and found.rate_hz is None:
-            if found.per is None or found.ratio is None:
-                break
-            rate, name = rate * found.ratio.evaluate(env), found.per
-        if found is None or found.rate_hz is None:
+    def clock_rate(self, name: str, values: Mapping[str, int] | None = None) -> float:
+        """Ticks per second of clock ``name``: its root's ``rate_hz`` times every ratio down to it
+        (the Token2Wav ``sample`` clock: 25 tokens/s · 2 frames · 480 samples = 24,000 Hz)."""
+        clock = self.clocks.get(name)
+        if clock is None:
             raise DeclarationError(
-                f"clocks.{clock}: has no fixed rate (it follows {name!r}, an event or per-call "
-                "clock); give its chain a root with rate_hz"
+                f"{self.name}: clocks.{name} is not declared; "
+                f"expected one of {', '.join(self.clocks)}"
             )
-        return rate * found.rate_hz
+        if clock.rate_hz is not None:
+            return clock.rate_hz
+        if clock.per is None or clock.per == "call" or clock.ratio is None:
+            raise DeclarationError(
+                f"{self.name}: clocks.{name} has no fixed rate (an event or per-call clock); "
+                "declare rate_hz or per + ratio on a clock with a rate"
+            )
+        env = self.values() if values is None else values
+        return self.clock_rate(clock.per, env) * clock.ratio.evaluate(env)
 
 
 def resolve_operating_point(

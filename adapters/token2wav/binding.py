@@ -25,7 +25,16 @@ DECLARATIONS = {"minicpmo45": "minicpmo45_token2wav", "lycheefd": "lycheefd_toke
 CARRY_REGION = "estimator_att"  # the region the state rule holds as a carry (audit shadows it)
 CONFORMER_REGION = "conformer_att"  # the conformer's attention cache: stock form in every arm
 ESTIMATOR = "estimator"  # the operator whose catalog the replayed flow operators share
-NEEDED = ("f_prompt", "frames_per_token", "lookahead", "stride_tokens", "n_steps", "vocabulary")
+NEEDED = (
+    "f_prompt",
+    "frames_per_token",
+    "samples_per_frame",
+    "lookahead",
+    "stride_tokens",
+    "n_steps",
+    "vocab",
+    "hift_mel_cache",
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,8 @@ class FlowBinding:
 
     ``values`` is the operating point at this prompt (``f_prompt`` = P); ``carry`` the estimator
     attention cache's retention (newest first, ``f_retained`` prompt frames and P history along
-    the region's clock axis) and ``capacity`` its plan bound ``A`` (retained + the largest call);
+    the region's clock axis), ``capacity`` its plan bound ``A`` (retained + the largest call) and
+    ``width`` its catalog width ``K`` (the grid extents a turn passes before retention binds);
     ``conformer`` the conformer cache's retention; ``classes`` the catalog as call classes.
     """
 
@@ -42,11 +52,11 @@ class FlowBinding:
     values: Mapping[str, int]
     carry: RetentionRule
     capacity: int
+    width: int
     conformer: RetentionRule
     max_call_tokens: int
     classes: tuple[CallClass, ...]
     sample_rate: int
-    input_rate: int
 
     @property
     def prompt_frames(self) -> int:
@@ -69,8 +79,9 @@ class FlowBinding:
         return self.values["frames_per_token"]
 
     @property
-    def vocabulary(self) -> int:
-        return self.values["vocabulary"]
+    def vocab(self) -> int:
+        """Speech-token codes."""
+        return self.values["vocab"]
 
     def call_frames(self, tokens: int, last_chunk: bool) -> int:
         """Mel frames a call of ``tokens`` tokens advances (its lookahead is consumed if last)."""
@@ -109,11 +120,11 @@ def bind_flow(
         values=env,
         carry=declared_retention(decl.regions[CARRY_REGION], env),
         capacity=plan.region(CARRY_REGION).bound,
+        width=plan.region(CARRY_REGION).width,
         conformer=declared_retention(decl.regions[CONFORMER_REGION], env),
         max_call_tokens=max_call,
         classes=call_classes(plan, max_call),
-        sample_rate=round(decl.rate_hz("sample", overrides)),
-        input_rate=round(decl.rate_hz("input_sample", overrides)),
+        sample_rate=round(decl.clock_rate("sample", env)),
     )
 
 

@@ -98,7 +98,7 @@ def prompt_limits(family: str = "minicpmo45") -> PromptLimits:
     per_token = binding.frames_per_token
     return PromptLimits(
         frames_per_token=per_token,
-        vocabulary=binding.vocabulary,
+        vocabulary=binding.vocab,
         min_frames=per_token * binding.lookahead,
         max_frames=envelope - grows,
         envelope_frames=envelope,
