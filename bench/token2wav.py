@@ -46,6 +46,7 @@ from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stream import FlowStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
+from engine.cadence import percentile
 from engine.replay import ReplayEngine
 
 MIB = 2**20
@@ -81,8 +82,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {f"p{q}_ms": round(float(np.percentile(a, q)), 2) for q in (50, 95, 99)}
+    return {f"p{q}_ms": round(percentile(ms, q / 100), 2) for q in (50, 95, 99)}
 
 
 def paired(arm_ms: list[float], eager_ms: list[float]) -> dict[str, float]:
