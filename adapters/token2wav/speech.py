@@ -20,7 +20,6 @@ from torch import Tensor
 from adapters.token2wav.hift import HiFTGenerator, IstftMode
 from adapters.token2wav.stream import FlowStream
 from adapters.token2wav.vocoder_stream import (
-    MEL_CACHE_FRAMES,
     VocoderState,
     fade_window,
     vocode_chunk,
@@ -36,7 +35,15 @@ class SpeechStream:
     def __init__(self, flow: FlowStream, hift: HiFTGenerator, replay: ReplayEngine) -> None:
         self.flow, self.hift, self.replay = flow, hift, replay
         self.device = hift.stft_window.device
-        self.cache_samples = MEL_CACHE_FRAMES * hift.config.samples_per_frame
+        binding = flow.binding
+        if hift.config.samples_per_frame != binding.values["samples_per_frame"]:
+            raise ValueError(
+                f"the vocoder makes {hift.config.samples_per_frame} samples a frame, declaration "
+                f"{binding.declaration} states {binding.values['samples_per_frame']}: load the "
+                "vocoder its declaration states"
+            )
+        self.cache_frames = binding.values["hift_mel_cache"]
+        self.cache_samples = self.cache_frames * hift.config.samples_per_frame
         self.window = fade_window(self.cache_samples, self.device)
         self.state = VocoderState.initial(hift.config.in_channels, self.device)
         self.op = replay.register(
@@ -116,7 +123,7 @@ class SpeechStream:
         sigs = []
         for empty in (True, False):
             tails = (
-                TensorSpec((1, n_mels, 0 if empty else MEL_CACHE_FRAMES), _F32, dev),
+                TensorSpec((1, n_mels, 0 if empty else self.cache_frames), _F32, dev),
                 TensorSpec((1, 1, 0 if empty else self.cache_samples), _F32, dev),
                 TensorSpec((1, 0 if empty else self.cache_samples), _F32, dev),
             )
