@@ -139,7 +139,19 @@ def _buffer_storages(module: nn.Module) -> frozenset[int]:
 
 
 def check_binding(flow: CausalMaskedDiffWithXvec, prompt_mel: Tensor, binding: FlowBinding) -> None:
-    """The flow and the voice are the ones the binding was made for (lookahead, prompt P)."""
+    """The flow and the voice are the ones the binding was made for (vocabulary, lookahead,
+    frames per token, prompt P)."""
+    vocab = flow.input_embedding.num_embeddings
+    if vocab != binding.vocab:
+        raise ValueError(
+            f"declaration {binding.declaration} states a vocabulary of {binding.vocab} speech "
+            f"tokens, the flow embeds {vocab}: load the flow its declaration states"
+        )
+    if flow.up_rate != binding.frames_per_token:
+        raise ValueError(
+            f"declaration {binding.declaration} states {binding.frames_per_token} mel frames a "
+            f"token, the flow upsamples by {flow.up_rate}: load the flow its declaration states"
+        )
     if flow.pre_lookahead_len != binding.lookahead:
         raise ValueError(
             f"declaration {binding.declaration} states lookahead {binding.lookahead}, the flow's "
