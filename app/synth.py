@@ -1,11 +1,12 @@
 """``duplexcadence synth``: stream speech tokens through Token2Wav under an arm, headless.
 
-One native period is one second: a 28-token window (25 new + 3 lookahead) through the flow, then
-the vocoder, both under the arm; a final call with ``last_chunk=True`` flushes the lookahead. Each
-period is timed, its replay counters (flow and vocoder operators) and memory recorded, and
-appended to a JSONL trace flushed every period; at the end the trace is exported to a
-Perfetto/Chrome JSON and the audio written as a 24 kHz WAV. Without ``--checkpoint`` the weights
-are seeded random: the audio is not speech, it proves the pipeline and its cadence.
+One native period is one steady window's stride (MiniCPM-o: a 28-token window, 25 new + 3
+lookahead, one second) through the flow, then the vocoder, both under the arm; a final call with
+``last_chunk=True`` flushes the lookahead. Each period is timed, its replay counters (flow and
+vocoder operators) and memory recorded, and appended to a JSONL trace flushed every period; at
+the end the trace is exported to a Perfetto/Chrome JSON and the audio written as a 24 kHz WAV.
+Without ``--checkpoint`` the weights are seeded random: the audio is not speech, it proves the
+pipeline and its cadence.
 
 The voice is a seeded random prompt of ``--voice-frames P`` frames, or the voice of a recording
 (``--prompt-wav F``, prepared as the vendor does by :mod:`adapters.token2wav.prompt` with the
@@ -100,7 +101,7 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     check_request(req)
     model = FAMILIES[req.family].load_speech(req.model_request(), lambda stage, fraction: None)
     stream, replay, windower = model.speech, model.replay, model.windower
-    metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
+    metrics = Metrics(model.binding.stride_s, device=req.device, arm=str(req.arm))
     writer = _writer(req, model.voice.frames, model.declaration.name)
     pcm: list[np.ndarray] = []
     worst = total = 0.0

@@ -57,6 +57,12 @@ class FlowBinding:
     max_call_tokens: int
     classes: tuple[CallClass, ...]
     sample_rate: int
+    token_rate: float
+
+    @property
+    def stride_s(self) -> float:
+        """Seconds of speech one steady call advances (MiniCPM-o: 25 tokens, 1 s)."""
+        return self.stride_tokens / self.token_rate
 
     @property
     def prompt_frames(self) -> int:
@@ -125,6 +131,7 @@ def bind_flow(
         max_call_tokens=max_call,
         classes=call_classes(plan, max_call),
         sample_rate=round(decl.clock_rate("sample", env)),
+        token_rate=decl.clock_rate("token", env),
     )
 
 
