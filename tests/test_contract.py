@@ -219,6 +219,9 @@ def test_more_invalid_declarations(minicpmo_doc: dict[str, Any]) -> None:
     doc = copy.deepcopy(minicpmo_doc)
     doc["operators"]["hift"]["writes"] = ["estimator_att"]
     assert "already written by 'estimator'" in _error(doc)
+    doc = copy.deepcopy(minicpmo_doc)
+    doc["clocks"]["token"] = {"per": "sample", "ratio": 2}
+    assert _error(doc).startswith("clocks.token.per: token -> sample -> frame -> token is a cycle")
 
 
 def test_no_eval_or_exec_in_the_declaration_code() -> None:
