@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from app.audio.rings import SILENCE_DBFS, peak_dbfs
-from app.gui.engine.feed import Feed, PeriodView, stage_ms
-from app.gui.engine.levels import EnvelopeLevel
-from app.gui.engine.recorder import AudioRecorder
 from app.gui.export.writers import ExportError, ExportKind, export_session
 from app.gui.live.plots import nice_ceiling, nice_range
 from app.gui.meters.ballistics import Ballistics
+from app.gui.worker.feed import Feed, PeriodView, stage_ms
+from app.gui.worker.levels import EnvelopeLevel
+from app.gui.worker.recorder import AudioRecorder
 
 
 def test_ballistics_attack_at_once_hold_then_decay() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
-from app.gui.engine.recorder import AudioRecorder
 from app.gui.export.writers import ExportKind, export_session
+from app.gui.worker.recorder import AudioRecorder
 
 __all__ = ["ExportJob", "start_export"]
 

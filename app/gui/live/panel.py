@@ -22,10 +22,10 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.gui import theme
-from app.gui.engine.feed import PeriodView
 from app.gui.live.history import History
 from app.gui.live.plots import ArmMarkers, Bars, legend, new_plot, nice_ceiling, nice_range, pen
 from app.gui.live.summary import SummaryCard
+from app.gui.worker.feed import PeriodView
 
 __all__ = ["LivePanel"]
 

@@ -7,9 +7,9 @@ imports ``app.session`` (and through it torch), and it does so inside :meth:`Eng
 
 What crosses threads, and how:
     * progress, ready, failure and end: Qt signals (queued to the GUI thread);
-    * per-period records: :class:`~app.gui.engine.feed.Feed` (a locked deque the GUI drains);
-    * audio for export: :class:`~app.gui.engine.recorder.AudioRecorder` (locked, snapshotted);
-    * meter levels: the readers of :class:`~app.gui.engine.routes.OpenedAudio` (floats);
+    * per-period records: :class:`~app.gui.worker.feed.Feed` (a locked deque the GUI drains);
+    * audio for export: :class:`~app.gui.worker.recorder.AudioRecorder` (locked, snapshotted);
+    * meter levels: the readers of :class:`~app.gui.worker.routes.OpenedAudio` (floats);
     * stop, arm and push-to-talk requests from the GUI: a ``threading.Event`` and the session's
       own any-thread methods (``request_arm``, ``set_push_to_talk``).
 A stop takes effect at the end of the period in flight (at most one native period).
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal
 
-from app.gui.engine.feed import Feed, PeriodView
-from app.gui.engine.levels import LevelReader
-from app.gui.engine.recorder import AudioRecorder
-from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
+from app.gui.worker.feed import Feed, PeriodView
+from app.gui.worker.levels import LevelReader
+from app.gui.worker.recorder import AudioRecorder
+from app.gui.worker.routes import AudioRoute, OpenedAudio, open_audio
 from app.heap import freeze_heap
 from app.settings import Settings
 from engine.arms import Arm

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from app.gui.engine.levels import AttributeLevel, EnvelopeLevel, LevelReader
+from app.gui.worker.levels import AttributeLevel, EnvelopeLevel, LevelReader
 from app.periods import PeriodSink, PeriodSource, WavSource
 from app.settings import Settings
 
