@@ -94,7 +94,7 @@ class LoadedModel:
     """A loaded, warmed-up model: what :meth:`Family.load` hands the app."""
 
     model: PeriodModel  # stepped one native period at a time by engine.duplex.DuplexLoop
-    engine: ReplayEngine | None  # its replay engine (counters per period), sealed after warm-up
+    replay: ReplayEngine | None  # its replay engine (counters per period), sealed after warm-up
     title: str  # what the window calls it, e.g. "Moshi (small, seeded random weights)"
     declaration: str  # the declaration's name
     weights_synthetic: bool  # seeded random weights: the audio is not speech

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from adapters.registry import family_keys
 from app.plan_report import render_plan
-from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
+from engine.contract import DeclarationError, DeclarationNotFound
+from engine.declaration_io import load_declaration
 from engine.plan import make_plan, plan_as_dict
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

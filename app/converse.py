@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import math
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -33,6 +32,7 @@ from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_wav_
 from app.progress import PeriodBar
 from app.settings import Settings
 from engine.arms import Arm
+from engine.cadence import percentile
 from engine.duplex import PeriodOutcome, Phase
 from engine.trace import check_trace_path
 
@@ -252,7 +252,8 @@ def _finish(
 
 
 def summarize(outcomes: list[PeriodOutcome]) -> dict[str, Any]:
-    """Cadence and conversation counts over a run (what the command prints)."""
+    """Cadence and conversation counts over a run (what the command prints); the percentiles
+    are :func:`engine.cadence.percentile`'s, as the live panel's."""
     times = sorted(o.record.processing_s * 1e3 for o in outcomes)
     calls = [c for o in outcomes for c in o.calls]
     return {
@@ -262,17 +263,11 @@ def summarize(outcomes: list[PeriodOutcome]) -> dict[str, Any]:
         "barge_ins": sum(bool(o.record.loop.get("barge_in")) for o in outcomes),
         "calls": len(calls),
         "over_budget": sum(o.record.over_budget for o in outcomes),
-        "p50_ms": round(_quantile(times, 0.5), 2),
-        "p95_ms": round(_quantile(times, 0.95), 2),
+        "p50_ms": round(percentile(times, 0.5), 2) if times else 0.0,
+        "p95_ms": round(percentile(times, 0.95), 2) if times else 0.0,
         "max_ms": round(times[-1], 2) if times else 0.0,
         "arms": sorted({o.record.arm for o in outcomes}),
     }
-
-
-def _quantile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 def _load_progress(show: bool) -> Callable[[str, float], None] | None:

@@ -58,7 +58,7 @@ class Session:
         self.input_rate = loop.model.input_rate
         self.output_rate = loop.model.output_rate
         self.weights_synthetic = loaded.weights_synthetic
-        self.metrics, self.engine, self.trace = loop.metrics, loop.engine, trace
+        self.metrics, self.replay, self.trace = loop.metrics, loop.replay, trace
         self.warmup, self.audit = loaded.warmup, loaded.audit
         self._warmed = {settings.arm} if settings.arm.replay else set()
         self._open_capture = threading.Event()
@@ -87,9 +87,9 @@ class Session:
         """
         if self.settings.push_to_talk and not self._ptt_held.is_set():
             mic = self._silence
-        if self._open_capture.is_set() and self.engine is not None and self.engine.sealed:
+        if self._open_capture.is_set() and self.replay is not None and self.replay.sealed:
             self._open_capture.clear()
-            self.engine.unseal()
+            self.replay.unseal()
             self.metrics.event("unseal", reason="arm not warmed at start: captures as it runs")
         return self.loop.step(mic)
 
@@ -152,7 +152,7 @@ def build_session(
     writer = _writer(trace, settings, request, loaded)
     audit = loaded.audit
     loop = DuplexLoop(
-        loaded.model, metrics, loaded.engine, writer,
+        loaded.model, metrics, loaded.replay, writer,
         period_facts=(lambda arm: {"audit": audit.period(arm)}) if audit is not None else None,
     )  # fmt: skip
     return Session(loop, loaded, settings, device=request.device, trace=writer)

@@ -1,11 +1,12 @@
 """``duplexcadence synth``: stream speech tokens through Token2Wav under an arm, headless.
 
-One native period is one second: a 28-token window (25 new + 3 lookahead) through the flow, then
-the vocoder, both under the arm; a final call with ``last_chunk=True`` flushes the lookahead. Each
-period is timed, its replay counters (flow and vocoder operators) and memory recorded, and
-appended to a JSONL trace flushed every period; at the end the trace is exported to a
-Perfetto/Chrome JSON and the audio written as a 24 kHz WAV. Without ``--checkpoint`` the weights
-are seeded random: the audio is not speech, it proves the pipeline and its cadence.
+One native period is one steady window's stride (MiniCPM-o: a 28-token window, 25 new + 3
+lookahead, one second) through the flow, then the vocoder, both under the arm; a final call with
+``last_chunk=True`` flushes the lookahead. Each period is timed, its replay counters (flow and
+vocoder operators) and memory recorded, and appended to a JSONL trace flushed every period; at
+the end the trace is exported to a Perfetto/Chrome JSON and the audio written as a 24 kHz WAV.
+Without ``--checkpoint`` the weights are seeded random: the audio is not speech, it proves the
+pipeline and its cadence.
 
 The voice is a seeded random prompt of ``--voice-frames P`` frames, or the voice of a recording
 (``--prompt-wav F``, prepared as the vendor does by :mod:`adapters.token2wav.prompt` with the
@@ -99,8 +100,8 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
     check_request(req)
     model = FAMILIES[req.family].load_speech(req.model_request(), lambda stage, fraction: None)
-    stream, engine, windower = model.speech, model.engine, model.windower
-    metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
+    stream, replay, windower = model.speech, model.replay, model.windower
+    metrics = Metrics(model.binding.stride_s, device=req.device, arm=str(req.arm))
     writer = _writer(req, model.voice.frames, model.declaration.name)
     pcm: list[np.ndarray] = []
     worst = total = 0.0
@@ -112,10 +113,10 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     bar = PeriodBar("synth", len(calls)) if progress else None
     try:
         for window, last in calls:
-            metrics.begin_period(replay=engine.snapshot())
+            metrics.begin_period(replay=replay.snapshot())
             with torch.no_grad(), metrics.span("synthesis"):
                 pcm.append(stream.push(window, last_chunk=last).squeeze(0).cpu().numpy())
-            record = metrics.end_period(replay=engine.snapshot(), events=engine.drain_events())
+            record = metrics.end_period(replay=replay.snapshot(), events=replay.drain_events())
             worst, total = max(worst, record.processing_s), total + record.processing_s
             if writer is not None:
                 writer.write(record)

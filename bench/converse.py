@@ -24,7 +24,6 @@ import argparse
 import gc
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from app.session import build_session
 from app.settings import Settings
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
-from engine.cadence import replay_totals
+from engine.cadence import percentile, replay_totals
 from engine.duplex import PeriodOutcome
 
 MIB = 2**20
@@ -61,11 +60,6 @@ def make_talk() -> None:
 def exact_periods(reference: list[np.ndarray], pcm: list[np.ndarray]) -> int:
     """Periods whose PCM equals the reference's bit for bit."""
     return sum(np.array_equal(a, b) for a, b in zip(reference, pcm, strict=True))
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def run(
@@ -136,11 +130,11 @@ def _figures(outcomes: list[PeriodOutcome], periods: int) -> dict[str, Any]:
                 misses[key[7:]] = misses.get(key[7:], 0) + int(n)
     return {
         "periods": len(outcomes),
-        "p50_ms": round(quantile(ms, 0.5), 2),
-        "p95_ms": round(quantile(ms, 0.95), 2),
+        "p50_ms": round(percentile(ms, 0.5), 2),
+        "p95_ms": round(percentile(ms, 0.95), 2),
         "max_ms": round(max(ms), 2),
-        "synthesis_p50_ms": round(quantile(speaking, 0.5), 2) if speaking else None,
-        "synthesis_p95_ms": round(quantile(speaking, 0.95), 2) if speaking else None,
+        "synthesis_p50_ms": round(percentile(speaking, 0.5), 2) if speaking else None,
+        "synthesis_p95_ms": round(percentile(speaking, 0.95), 2) if speaking else None,
         "over_budget": sum(o.record.over_budget for o in outcomes),
         "speaking_periods": len(speaking),
         "turns": sum(c.kind == "flush" for o in outcomes for c in o.calls),
@@ -171,8 +165,8 @@ def _stages(outcomes: list[PeriodOutcome]) -> dict[str, dict[str, float]]:
             per.setdefault(name, []).append(value)
     return {
         name: {
-            "p50": round(quantile(v, 0.5), 2),
-            "p95": round(quantile(v, 0.95), 2),
+            "p50": round(percentile(v, 0.5), 2),
+            "p95": round(percentile(v, 0.95), 2),
             "max": round(max(v), 2),
         }
         for name, v in per.items()

@@ -41,11 +41,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.token2wav.binding import call_classes
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stream import FlowStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
+from engine.cadence import percentile
 from engine.replay import ReplayEngine
 
 MIB = 2**20
@@ -66,10 +67,10 @@ def windows(count: int, seed: int = 2) -> list[torch.Tensor]:
     ]
 
 
-def make_stream(flow: Any, prompt: tuple, arm: Arm, engine: ReplayEngine) -> FlowStream:
+def make_stream(flow: Any, prompt: tuple, arm: Arm, replay: ReplayEngine) -> FlowStream:
     tokens, mel, spk = prompt
-    classes = call_classes("minicpmo45", mel.shape[1])
-    return FlowStream(flow, tokens, mel, spk, arm=arm, engine=engine, classes=classes)
+    binding = bind_flow("minicpmo45", mel.shape[1])
+    return FlowStream(flow, tokens, mel, spk, binding=binding, arm=arm, replay=replay)
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -81,8 +82,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {f"p{q}_ms": round(float(np.percentile(a, q)), 2) for q in (50, 95, 99)}
+    return {f"p{q}_ms": round(percentile(ms, q / 100), 2) for q in (50, 95, 99)}
 
 
 def paired(arm_ms: list[float], eager_ms: list[float]) -> dict[str, float]:

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stock import StockStream
 from bench.token2wav import MIB, add_common_args, percentiles, timed, voice, windows
@@ -91,7 +92,7 @@ class ReplayCount:
 def reference_mels(flow: Any, args: argparse.Namespace, count: int) -> list[torch.Tensor]:
     """Our eager stream's mels for the benchmark's token stream (kept on the CPU)."""
     tokens, mel, spk = voice(args.prompt_tokens)
-    stream = StockStream(flow, tokens, mel, spk)
+    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow("minicpmo45", mel.shape[1]))
     mels = []
     with torch.no_grad():
         for i, chunk in enumerate(windows(count)):
@@ -160,7 +161,7 @@ def compiled_stream(args: argparse.Namespace) -> dict[str, Any]:
     dit.forward_chunk = torch.compile(dit.forward_chunk, mode="reduce-overhead")
     tokens, mel, spk = voice(args.prompt_tokens)
     torch.cuda.reset_peak_memory_stats()
-    stream = StockStream(flow, tokens, mel, spk)
+    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow("minicpmo45", mel.shape[1]))
     times, exact, compile_s = [], 0, 0.0
     with torch.no_grad():
         for i, chunk in enumerate(windows(args.compile_chunks)):

@@ -13,7 +13,7 @@ Audit mode is opt-in and allocates (the shadow path is the stock path). Off, it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from engine.carry import Carry, RetentionRule
-from engine.contract import Order, Region, RetentionPolicy
+from engine.contract import Order
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,12 +236,6 @@ class Auditor:
             region.addresses.add(carry.data_ptr())
         return out
 
-    def wrap(self, name: str, carry: Carry, declared: RetentionRule | None = None) -> AuditedCarry:
-        """``carry`` with every write audited under ``name`` (against ``declared`` if given)."""
-        if declared is not None:
-            self.declare(name, declared)
-        return AuditedCarry(carry, name, self)
-
     def report(self) -> AuditReport:
         """A snapshot of the counters so far."""
         regions = {name: r.report() for name, r in self._regions.items()}
@@ -278,7 +272,7 @@ class Auditor:
 
 
 class CarryLike(Protocol):
-    """What an operator uses of a carry: a :class:`Carry` or an :class:`AuditedCarry`."""
+    """What a stream writes a carry through: a :class:`Carry`, or an :class:`AuditedCarry`."""
 
     @property
     def extent(self) -> int: ...
@@ -295,16 +289,23 @@ class CarryLike(Protocol):
 
 
 class AuditedCarry:
-    """A carry whose writes go through an :class:`Auditor` under one region name."""
+    """A carry whose writes go through an :class:`Auditor` under one region name.
+
+    It keeps the shadow's own copy of the carry's live frames, taken after each write it makes
+    (and when it is made), so a write-through :meth:`settle` is shadowed by the whole stock path:
+    the declared concatenation of the new frames with that copy, then the stock retention (see
+    :meth:`Auditor.settle`). Write the carry only through this wrapper while it audits.
+    """
 
     def __init__(self, carry: Carry, name: str, auditor: Auditor) -> None:
         self.carry, self.name, self.auditor = carry, name, auditor
+        self._live = carry.view().clone()
 
     def retain(self, h: Tensor) -> Tensor:
-        return self.auditor.retain(self.name, self.carry, h)
+        return self._shadowed(self.auditor.retain(self.name, self.carry, h))
 
     def append(self, new: Tensor) -> Tensor:
-        return self.auditor.append(self.name, self.carry, new)
+        return self._shadowed(self.auditor.append(self.name, self.carry, new))
 
     def reserve(self, n: int) -> Tensor:
         return self.carry.reserve(n)
@@ -313,13 +314,13 @@ class AuditedCarry:
         return self.carry.window(n)
 
     def commit(self, n: int) -> Tensor:
-        return self.auditor.commit(self.name, self.carry, n)
+        return self._shadowed(self.auditor.commit(self.name, self.carry, n))
 
     def settle(self, extent: int) -> Tensor:
-        return self.auditor.settle(self.name, self.carry, extent)
+        return self._shadowed(self.auditor.settle(self.name, self.carry, extent, self._live))
 
     def reset(self) -> Tensor:
-        return self.auditor.reset(self.name, self.carry)
+        return self._shadowed(self.auditor.reset(self.name, self.carry))
 
     def view(self) -> Tensor:
         return self.carry.view()
@@ -331,35 +332,20 @@ class AuditedCarry:
     def extent(self) -> int:
         return self.carry.extent
 
+    def _shadowed(self, view: Tensor) -> Tensor:
+        self._live = view.clone()
+        return view
+
 
 def audited(carry: Carry, name: str, auditor: Auditor | None) -> CarryLike:
-    """The carry itself when auditing is off (zero cost), else an :class:`AuditedCarry`."""
+    """The carry itself when auditing is off (zero cost), else an :class:`AuditedCarry`.
+
+    The one place a stream decides between the bare and the shadowed write: it holds what this
+    returns and writes through it, audit on or off.
+    """
     if auditor is None or not auditor.enabled:
         return carry
     return AuditedCarry(carry, name, auditor)
-
-
-def declared_retention(region: Region, env: Mapping[str, int]) -> RetentionRule:
-    """A declared region's retention at operating point ``env`` (``Declaration.values``), as
-    the :class:`RetentionRule` an auditor checks that region's carry against.
-
-    ``prompt_plus_history`` keeps the declared order and counts; a ``sliding_window`` of ``W``
-    is ``RetentionRule(dim, 0, W, OLDEST_FIRST)``. A ``ring`` never trims: nothing to shadow.
-    """
-    retention, dim = region.retention, region.clock_axis
-    if retention.policy is RetentionPolicy.PROMPT_PLUS_HISTORY:
-        assert retention.prompt is not None and retention.history is not None, "validated at load"
-        assert retention.order is not None, "validated at load"
-        return RetentionRule(
-            dim, retention.prompt.evaluate(env), retention.history.evaluate(env), retention.order
-        )
-    if retention.policy is RetentionPolicy.SLIDING_WINDOW:
-        assert retention.window is not None, "validated at load"
-        return RetentionRule(dim, 0, retention.window.evaluate(env), Order.OLDEST_FIRST)
-    raise ValueError(
-        f"region {region.name}: a {retention.policy} retention never trims, so there is no "
-        "stock concatenation to shadow; audit a prompt_plus_history or sliding_window region"
-    )
 
 
 def _bits(t: Tensor) -> Tensor:

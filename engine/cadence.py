@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 __all__ = ["REPLAY_COUNTERS", "CadenceStats", "replay_delta", "replay_totals"]
@@ -94,8 +94,16 @@ def replay_totals(delta: Mapping[str, Any]) -> dict[str, float]:
     return flat
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default) of a sorted list."""
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-quantile (``0 <= q <= 1``) of ``values``: linear interpolation between the
+    closest ranks (numpy's default). Every p50/p95/p99 the project prints comes from here (the
+    live panel, ``converse``, the benchmarks), so one run gives one p95 everywhere.
+
+    Raises ``ValueError`` for no values.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values: summarize at least one period")
     pos = (len(ordered) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
@@ -138,7 +146,7 @@ class CadenceStats:
             "over_budget_total": self.over_budget_total,
         }
         for name, q in (("p50_s", 0.5), ("p95_s", 0.95), ("p99_s", 0.99)):
-            stats[name] = _percentile(ordered, q) if ordered else None
+            stats[name] = percentile(ordered, q) if ordered else None
         stats["max_s"] = ordered[-1] if ordered else None
         stats["mean_s"] = sum(ordered) / len(ordered) if ordered else None
         return stats

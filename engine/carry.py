@@ -26,25 +26,26 @@ Constraints (the contract a replay engine relies on):
 - Live data always starts at offset 0 of the buffer, for both orders, so :meth:`Carry.view`
   has the buffer's base pointer.
 - The carry never writes the base (prompt-only) tensor it was built from: that tensor is shared
-  copy-on-write by every carry of every session (``engine/state.py``).
+  copy-on-write by every carry of every session.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
-from engine.contract import Order
+from engine.contract import Order, Region, RetentionPolicy
 
 Part = Literal["whole", "prompt", "history"]
 Source = Literal["live", "new", "h"]
 
 
-class Span(NamedTuple):
+class RetainedRun(NamedTuple):
     """One retained run of frames: ``out[at : at+length] = H[src : src+length]``."""
 
     at: int
@@ -80,7 +81,7 @@ class RetentionRule:
         """The extent retention holds a region at once it fires: ``prompt + history``."""
         return self.prompt + self.history
 
-    def spans(self, extent: int) -> tuple[Span, ...]:
+    def spans(self, extent: int) -> tuple[RetainedRun, ...]:
         """The retained runs of a cache of ``extent`` frames, in output order (no empty runs)."""
         return retained_spans(extent, self.prompt, self.history, self.order)
 
@@ -89,16 +90,46 @@ class RetentionRule:
         return stock_retention(h, self.dim, self.prompt, self.history, self.order)
 
 
+def declared_retention(region: Region, env: Mapping[str, int]) -> RetentionRule:
+    """A declared region's retention at operating point ``env`` (``Declaration.values``), as
+    the :class:`RetentionRule` a carry of that region keeps and an auditor checks it against.
+
+    ``prompt_plus_history`` keeps the declared order and counts; a ``sliding_window`` of ``W``
+    is ``RetentionRule(dim, 0, W, OLDEST_FIRST)``; ``dim`` is the region's clock axis. A
+    ``ring`` never trims: it has no rule.
+    """
+    retention, dim = region.retention, region.clock_axis
+    if retention.policy is RetentionPolicy.PROMPT_PLUS_HISTORY:
+        assert retention.prompt is not None and retention.history is not None, "validated at load"
+        assert retention.order is not None, "validated at load"
+        return RetentionRule(
+            dim, retention.prompt.evaluate(env), retention.history.evaluate(env), retention.order
+        )
+    if retention.policy is RetentionPolicy.SLIDING_WINDOW:
+        assert retention.window is not None, "validated at load"
+        return RetentionRule(dim, 0, retention.window.evaluate(env), Order.OLDEST_FIRST)
+    raise ValueError(
+        f"region {region.name}: a {retention.policy} retention never trims, so it has no rule to "
+        "carry or shadow; use a prompt_plus_history or sliding_window region"
+    )
+
+
 @functools.lru_cache(maxsize=1024)
-def retained_spans(extent: int, prompt: int, history: int, order: Order) -> tuple[Span, ...]:
+def retained_spans(extent: int, prompt: int, history: int, order: Order) -> tuple[RetainedRun, ...]:
     """The runs of ``H`` (extent ``extent``) that retention keeps, in output order."""
     order = Order(order)
     if extent <= prompt + history:
-        return (Span(0, 0, extent, "whole"),) if extent else ()
+        return (RetainedRun(0, 0, extent, "whole"),) if extent else ()
     if order is Order.OLDEST_FIRST:
-        spans = (Span(0, 0, prompt, "prompt"), Span(prompt, extent - history, history, "history"))
+        spans = (
+            RetainedRun(0, 0, prompt, "prompt"),
+            RetainedRun(prompt, extent - history, history, "history"),
+        )
     else:
-        spans = (Span(0, 0, history, "history"), Span(history, extent - prompt, prompt, "prompt"))
+        spans = (
+            RetainedRun(0, 0, history, "history"),
+            RetainedRun(history, extent - prompt, prompt, "prompt"),
+        )
     return tuple(s for s in spans if s.length > 0)
 
 
@@ -173,7 +204,7 @@ class Carry:
     """A region's retained cache in one preallocated buffer whose address never changes.
 
     Args:
-        base: the prompt-only state (shared, never written here; see ``engine/state.py``).
+        base: the prompt-only state (shared by every carry of the stream, never written here).
             The buffer takes its dtype and device; its extent along ``dim`` is the base extent.
         dim: the clock dimension (negative counts from the end).
         prompt, history, order: the region's declared retention (module docstring).

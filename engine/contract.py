@@ -7,9 +7,9 @@ envelope, the device-resident constants, the declared effects and the operators 
 extents. Everything the runtime later sizes, captures or refuses is derived from it
 (:mod:`engine.plan`).
 
-Declarations are YAML files read with ``yaml.safe_load`` by :mod:`engine.declaration_io` into
-the frozen dataclasses below. Extents and sizes are :class:`engine.expr.Expr` over operating-point
-names, never ``eval``-ed.
+Declarations are YAML files read with ``yaml.safe_load`` by :mod:`engine.declaration_io`
+(``load_declaration``) into the frozen dataclasses below. Extents and sizes are
+:class:`engine.expr.Expr` over operating-point names, never ``eval``-ed.
 
 Constraints every loaded declaration satisfies (the loader enforces them):
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -52,7 +51,7 @@ class RetentionPolicy(StrEnum):
     ``ring``: a preallocated ring of ``capacity`` frames, written in place; its attended extent
     is always the capacity (masked), so it never changes shape.
     ``prompt_plus_history``: keep ``prompt`` prompt frames and ``history`` history frames in the
-    layout given by ``order`` (see :meth:`Retention.retained_slices`).
+    layout given by ``order`` (the runs :func:`engine.carry.retained_spans` keeps).
     """
 
     SLIDING_WINDOW = "sliding_window"
@@ -132,25 +131,6 @@ class Retention:
         assert limit is not None, "validated at load"
         return limit.evaluate(env)
 
-    def retained_slices(self, extent: int, env: Mapping[str, int]) -> tuple[slice, ...]:
-        """The slices of a live cache of ``extent`` frames that retention keeps, concatenated.
-
-        ``prompt_plus_history`` with ``P`` prompt and ``R`` history frames, applied only when
-        ``extent > P + R``: ``oldest_first`` keeps ``H[:P] ‖ H[-R:]`` (layout [prompt … newest]);
-        ``newest_first`` keeps ``H[:R] ‖ H[-P:]`` (layout [newest … prompt]). A sliding window
-        is append-ordered and keeps ``H[-window:]``. A ring never trims (it is written in
-        place). Other modules (the carry, the shadow auditor) rely on exactly these slices.
-        """
-        bound = self.bound(env)
-        if self.policy is RetentionPolicy.RING or extent <= bound:
-            return (slice(0, extent),)
-        if self.policy is RetentionPolicy.SLIDING_WINDOW:
-            return (slice(extent - bound, extent),)
-        assert self.prompt is not None and self.history is not None, "validated at load"
-        prompt, history = self.prompt.evaluate(env), self.history.evaluate(env)
-        head, tail = (prompt, history) if self.order is Order.OLDEST_FIRST else (history, prompt)
-        return (slice(0, head), slice(extent - tail, extent))
-
     def retained_extent(self, extent: int, env: Mapping[str, int]) -> int:
         """The extent after retention is applied to a live cache of ``extent`` frames."""
         if self.policy is RetentionPolicy.RING:
@@ -223,7 +203,7 @@ class CallExtent:
 
 
 @dataclass(frozen=True)
-class CallKind:
+class DeclaredCall:
     """A kind of call in a stream (steady, flush, last, ...) and its variables: each is a fixed
     expression or an inclusive ``(low, high)`` range of expressions (flushes of 8–28 tokens,
     written ``[8, f_call // 2]`` so that no call exceeds the operating point's ``f_call``)."""
@@ -292,7 +272,7 @@ class Declaration:
     admission: Predicate
     regions: Mapping[str, Region]
     constants: Mapping[str, Constant]
-    calls: Mapping[str, CallKind]
+    calls: Mapping[str, DeclaredCall]
     operators: Mapping[str, Operator]
     stream: tuple[StreamEvent, ...]
     host_randomness: str = HOST_RANDOMNESS_FORBIDDEN
@@ -360,19 +340,3 @@ def resolve_operating_point(
 def frozen(mapping: Mapping[str, T]) -> Mapping[str, T]:
     """A read-only view, so a frozen dataclass's mappings cannot be mutated either."""
     return MappingProxyType(dict(mapping))
-
-
-def load_declaration(path_or_name: str | Path) -> Declaration:
-    """Load and validate a declaration from a YAML path or a bare name under the shipped
-    ``assets/declarations/`` (``"minicpmo45_token2wav"``). Raises ``DeclarationError``."""
-    # Imported here: the loader builds these dataclasses, so it imports this module first.
-    from engine.declaration_io import load
-
-    return load(path_or_name)
-
-
-def list_declarations() -> list[str]:
-    """Names of the shipped declarations, sorted (each loads with :func:`load_declaration`)."""
-    from engine.declaration_io import shipped_names
-
-    return shipped_names()

@@ -26,12 +26,12 @@ from engine.contract import (
     HOST_RANDOMNESS_FORBIDDEN,
     STEADY_KIND,
     CallExtent,
-    CallKind,
     Clock,
     Constant,
     Declaration,
     DeclarationError,
     DeclarationNotFound,
+    DeclaredCall,
     Dim,
     Envelope,
     Operator,
@@ -62,8 +62,8 @@ def declarations_dir() -> Path:
     return Path(str(importlib.resources.files("assets") / "declarations"))
 
 
-def shipped_names() -> list[str]:
-    """Names of the shipped declarations, sorted."""
+def list_declarations() -> list[str]:
+    """Names of the shipped declarations, sorted (each loads with :func:`load_declaration`)."""
     return sorted(path.stem for path in declarations_dir().glob("*.yaml"))
 
 
@@ -75,15 +75,16 @@ def resolve_path(path_or_name: str | Path) -> Path:
     else:
         path = Path(path_or_name)
     if not path.is_file():
-        shipped = ", ".join(shipped_names()) or "none"
+        shipped = ", ".join(list_declarations()) or "none"
         raise DeclarationNotFound(
             f"no declaration at {path}: pass a YAML path or one of the shipped names ({shipped})"
         )
     return path
 
 
-def load(path_or_name: str | Path) -> Declaration:
-    """Load, parse and validate one declaration file."""
+def load_declaration(path_or_name: str | Path) -> Declaration:
+    """Load and validate a declaration from a YAML path or a bare name under the shipped
+    ``assets/declarations/`` (``"minicpmo45_token2wav"``). Raises ``DeclarationError``."""
     path = resolve_path(path_or_name)
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -170,11 +171,20 @@ def _clocks(value: object, names: frozenset[str]) -> dict[str, Clock]:
             ratio=None if ratio is None else expr_field(ratio, f"{path}.ratio", names),
             event=bool(event),
         )
+    for key in clocks:
+        chain = [key]
+        while (per := clocks[chain[-1]].per) in clocks:
+            if per in chain:
+                raise DeclarationError(
+                    f"clocks.{key}.per: {' -> '.join([*chain, per])} is a cycle; end the chain at "
+                    "a clock with rate_hz or event: true"
+                )
+            chain.append(per)
     return clocks
 
 
-def _call_kinds(value: object, names: frozenset[str]) -> dict[str, CallKind]:
-    kinds: dict[str, CallKind] = {}
+def _call_kinds(value: object, names: frozenset[str]) -> dict[str, DeclaredCall]:
+    kinds: dict[str, DeclaredCall] = {}
     for key, item in entries(value, "calls").items():
         path = f"calls.{key}"
         variables = entries(item or {}, path)
@@ -190,7 +200,7 @@ def _call_kinds(value: object, names: frozenset[str]) -> dict[str, CallKind]:
                 ranges[var] = (low, high)
             else:
                 fixed[var] = expr_field(spec, f"{path}.{var}", names)
-        kinds[key] = CallKind(name=key, fixed=frozen(fixed), ranges=frozen(ranges))
+        kinds[key] = DeclaredCall(name=key, fixed=frozen(fixed), ranges=frozen(ranges))
     return kinds
 
 
@@ -303,7 +313,7 @@ def _operators(
     value: object,
     names: frozenset[str],
     regions: Mapping[str, Region],
-    kinds: Mapping[str, CallKind],
+    kinds: Mapping[str, DeclaredCall],
 ) -> dict[str, Operator]:
     """Operators, each region written by at most one; the grid kind takes no ranged variable."""
     operators: dict[str, Operator] = {}
@@ -349,14 +359,14 @@ def _operators(
     return operators
 
 
-def _checked_kinds(value: object, path: str, kinds: Mapping[str, CallKind]) -> dict[str, Any]:
+def _checked_kinds(value: object, path: str, kinds: Mapping[str, DeclaredCall]) -> dict[str, Any]:
     items = entries(value, path)
     for kind in items:
         choice(kind, f"{path}.{kind}", list(kinds))
     return items
 
 
-def _call_extent(value: object, path: str, names: frozenset[str], kind: CallKind) -> CallExtent:
+def _call_extent(value: object, path: str, names: frozenset[str], kind: DeclaredCall) -> CallExtent:
     fields = Fields(value, path)
     scope = names | kind.fixed.keys() | kind.ranges.keys()
     extent = CallExtent(
@@ -368,7 +378,7 @@ def _call_extent(value: object, path: str, names: frozenset[str], kind: CallKind
 
 
 def _stream(
-    value: object, kinds: Mapping[str, CallKind], point: Mapping[str, int]
+    value: object, kinds: Mapping[str, DeclaredCall], point: Mapping[str, int]
 ) -> list[StreamEvent]:
     """The declared call pattern; variable values are checked against the default point."""
     if not isinstance(value, list):
@@ -377,7 +387,7 @@ def _stream(
 
 
 def _event(
-    value: object, path: str, kinds: Mapping[str, CallKind], point: Mapping[str, int]
+    value: object, path: str, kinds: Mapping[str, DeclaredCall], point: Mapping[str, int]
 ) -> StreamEvent:
     if value == "reset":
         return StreamEvent(kind=None)

@@ -138,7 +138,7 @@ class DuplexLoop:
     Args:
         model: the family's period model (hears the microphone, makes speech).
         metrics: cadence clock; its ``period_s`` must be the model's.
-        engine: the replay engine whose counters and events each period records (None: none).
+        replay: the replay engine whose counters and events each period records (None: none).
         trace: where each period is appended (None: not written).
         period_facts: more facts for each period's ``record.loop``, given the arm that ran it
             (e.g. audit counts), merged in before the record is written.
@@ -148,7 +148,7 @@ class DuplexLoop:
         self,
         model: PeriodModel,
         metrics: Metrics,
-        engine: ReplayEngine | None,
+        replay: ReplayEngine | None,
         trace: TraceWriter | None,
         period_facts: Callable[[Arm], Mapping[str, Any]] | None = None,
     ) -> None:
@@ -157,7 +157,7 @@ class DuplexLoop:
                 f"metrics period {metrics.period_s} s != model period {model.period_s} s: "
                 "build Metrics(period_s=model.period_s)"
             )
-        self.model, self.metrics, self.engine, self.trace = model, metrics, engine, trace
+        self.model, self.metrics, self.replay, self.trace = model, metrics, replay, trace
         self.period_facts = period_facts
         self.input_samples = round(model.period_s * model.input_rate)
         self.output_samples = round(model.period_s * model.output_rate)
@@ -197,15 +197,15 @@ class DuplexLoop:
                 f"({self.input_samples},) float32 samples at {self.model.input_rate} Hz"
             )
         self._apply_requested_arm()
-        engine = self.engine
-        self.metrics.begin_period(replay=engine.snapshot() if engine is not None else None)
+        replay = self.replay
+        self.metrics.begin_period(replay=replay.snapshot() if replay is not None else None)
         step = self.model.step(mic.astype(np.float32, copy=False))
         for pcm in step.audio:
             self._queue(pcm)
         out = self._play()
         record = self.metrics.end_period(
-            replay=engine.snapshot() if engine is not None else None,
-            events=engine.drain_events() if engine is not None else (),
+            replay=replay.snapshot() if replay is not None else None,
+            events=replay.drain_events() if replay is not None else (),
         )
         record.loop = self._loop_facts(step, out)
         if self.period_facts is not None:

@@ -25,7 +25,7 @@ MAX_CLOSURE_CALLS = 100_000  # a grid closure longer than this means retention n
 
 
 @dataclass(frozen=True)
-class Call:
+class PlannedCall:
     """One operator call in a walk: its kind, sizes, admission and the extents it met."""
 
     operator: str
@@ -53,7 +53,7 @@ def apply_call(
     state: State,
     kind: str,
     values: Mapping[str, int] | None = None,
-) -> tuple[State, list[Call]]:
+) -> tuple[State, list[PlannedCall]]:
     """Run one call of ``kind`` through every operator that declares it; return the new state.
 
     A ``prompt_plus_history`` region peaks at ``before + frames``: the stock path holds the whole
@@ -76,7 +76,7 @@ def apply_call(
         admitted = is_admitted(decl, params, frames, advance)
         touched = (*op.reads, *(r for r in op.writes if r not in op.reads))
         calls.append(
-            Call(
+            PlannedCall(
                 operator=op.name,
                 kind=kind,
                 values=dict(values or {}),
@@ -113,10 +113,10 @@ def is_admitted(decl: Declaration, params: Mapping[str, int], frames: int, advan
 
 def walk(
     decl: Declaration, env: Mapping[str, int], events: Iterable[StreamEvent] | None = None
-) -> list[Call]:
+) -> list[PlannedCall]:
     """Walk a call pattern (the declaration's ``stream`` by default) from a turn reset.
 
-    Returns one :class:`Call` per operator call, with the extents before, at peak and after.
+    Returns one :class:`PlannedCall` per operator call, with the extents before, at peak and after.
     """
     state, calls = reset_state(decl, env), []
     for event in decl.stream if events is None else events:
@@ -129,7 +129,7 @@ def walk(
     return calls
 
 
-def grid_closure(decl: Declaration, env: Mapping[str, int], kind: str) -> list[Call]:
+def grid_closure(decl: Declaration, env: Mapping[str, int], kind: str) -> list[PlannedCall]:
     """Grid calls of ``kind`` from a turn reset until the state repeats (retention binds)."""
     state, calls = reset_state(decl, env), []
     seen: set[tuple[tuple[str, int], ...]] = set()

@@ -30,7 +30,7 @@ from typing import Any
 from engine.arms import ARMS, Arm
 from engine.contract import DTYPE_BYTES, Declaration, Operator, Region, RetentionPolicy
 from engine.extents import (
-    Call,
+    PlannedCall,
     call_sizes,
     call_values,
     grid_closure,
@@ -43,8 +43,9 @@ MIB = 1 << 20
 
 
 @dataclass(frozen=True)
-class Signature:
-    """One catalog entry as plain data; adapters turn it into tensor signatures."""
+class CatalogEntry:
+    """One catalog entry as plain data; adapters turn it into replay signatures
+    (:class:`engine.signature.Signature`) of tensors."""
 
     operator: str
     kind: str
@@ -81,8 +82,8 @@ class OperatorPlan:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     grid: str
-    grid_catalog: tuple[Signature, ...]
-    catalog: tuple[Signature, ...]
+    grid_catalog: tuple[CatalogEntry, ...]
+    catalog: tuple[CatalogEntry, ...]
     width: int
     flush_sizes: tuple[int, ...]
     limit: int
@@ -113,7 +114,7 @@ class Plan:
     regions: tuple[RegionPlan, ...]
     operators: tuple[OperatorPlan, ...]
     prices: tuple[ArmPrice, ...]
-    walk: tuple[Call, ...] = field(default=())
+    walk: tuple[PlannedCall, ...] = field(default=())
 
     def region(self, name: str) -> RegionPlan:
         """The region plan named ``name``."""
@@ -205,7 +206,7 @@ def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> Op
     """
     grid = [c for c in grid_closure(decl, env, op.grid) if c.operator == op.name]
     streamed = [c for c in walk(decl, env) if c.operator == op.name and c.admitted]
-    grid_catalog = _signatures(op, grid)
+    grid_catalog = _entries(op, grid)
     width = len(grid_catalog)
     return OperatorPlan(
         name=op.name,
@@ -213,7 +214,7 @@ def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> Op
         writes=op.writes,
         grid=op.grid,
         grid_catalog=grid_catalog,
-        catalog=_signatures(op, [c for c in grid if c.admitted] + streamed),
+        catalog=_entries(op, [c for c in grid if c.admitted] + streamed),
         width=width,
         flush_sizes=_flushcall_sizes(decl, env, op),
         limit=op.catalog_limit,
@@ -222,9 +223,9 @@ def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> Op
     )
 
 
-def _signatures(op: Operator, calls: Iterable[Call]) -> tuple[Signature, ...]:
+def _entries(op: Operator, calls: Iterable[PlannedCall]) -> tuple[CatalogEntry, ...]:
     unique = {
-        Signature(op.name, c.kind, c.frames, tuple((r, c.before[r]) for r in op.reads)): None
+        CatalogEntry(op.name, c.kind, c.frames, tuple((r, c.before[r]) for r in op.reads)): None
         for c in calls
     }
     return tuple(unique)

@@ -92,7 +92,7 @@ class ReplayOp:
 
     def __init__(
         self,
-        engine: ReplayEngine,
+        replay: ReplayEngine,
         name: str,
         fn: Callable[..., Any],
         *,
@@ -102,14 +102,14 @@ class ReplayOp:
         copy_out: bool,
         extra_key: Callable[[], Hashable] | None,
     ) -> None:
-        self.engine, self.name, self.fn, self.catalog = engine, name, fn, catalog
+        self.replay, self.name, self.fn, self.catalog = replay, name, fn, catalog
         self.aliased = resolve_slots(fn, aliased)
         self.write_through, self.copy_out, self.extra_key = write_through, copy_out, extra_key
         self.counters = OpCounters()
         self.last_decision = ""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.engine._dispatch(self, args, kwargs)
+        return self.replay._dispatch(self, args, kwargs)
 
     def regions(self) -> tuple[Tensor, ...]:
         """The declared write-through regions, as they are now."""
@@ -117,7 +117,7 @@ class ReplayOp:
 
     def captured(self) -> list[Signature]:
         """Signatures that have a live graph (or a simulated one, without CUDA)."""
-        return self.engine._captured(self)
+        return self.replay._captured(self)
 
     def uncaptured(self) -> list[Signature]:
         """Catalog signatures not captured yet: warm these before ``seal()``."""

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from engine.contract import Declaration, load_declaration
+from engine.contract import Declaration
+from engine.declaration_io import load_declaration
 
 __all__ = ["Call", "CallInfo", "CallKind", "TokenWindower"]
 
@@ -66,16 +67,14 @@ class Call:
 class TokenWindower:
     """Buffers a turn's tokens and cuts them into flush / steady / last calls.
 
-    Args:
+    Args (from the declaration: :meth:`from_declaration`):
         stride: tokens a steady call advances (25; Lychee-FD 10).
         lookahead: tokens each non-final call sends again with the next one (3).
         flush_min: fewest tokens of a turn's first non-final call (8; Lychee-FD 4).
         max_call: most tokens of any call (28 = stride + lookahead; Lychee-FD 13).
     """
 
-    def __init__(
-        self, stride: int = 25, lookahead: int = 3, flush_min: int = 8, max_call: int = 28
-    ) -> None:
+    def __init__(self, *, stride: int, lookahead: int, flush_min: int, max_call: int) -> None:
         if stride < 1 or lookahead < 0:
             raise ValueError(
                 f"stride={stride}, lookahead={lookahead}: need stride >= 1 and lookahead >= 0"
@@ -104,7 +103,12 @@ class TokenWindower:
                 "synthesizer declares stride_tokens, lookahead and calls.flush.tokens [low, high]"
             )
         low, high = decl.calls["flush"].bounds("tokens", values)
-        return cls(values["stride_tokens"], values["lookahead"], low, high)
+        return cls(
+            stride=values["stride_tokens"],
+            lookahead=values["lookahead"],
+            flush_min=low,
+            max_call=high,
+        )
 
     @property
     def window(self) -> int:

@@ -60,7 +60,7 @@ def test_one_address_per_region_over_a_stream_with_resets(order: Order) -> None:
     carry_a, gen = make_carry(order, seed=1)
     carry_b, _ = make_carry(Order.OLDEST_FIRST, seed=2)
     auditor = Auditor(strict=True)
-    a, b = auditor.wrap("a", carry_a), auditor.wrap("b", carry_b)
+    a, b = audited(carry_a, "a", auditor), audited(carry_b, "b", auditor)
     for _turn in range(3):
         for _ in range(4):
             new = torch.randn(2, CALL, 3, generator=gen)

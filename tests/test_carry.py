@@ -269,3 +269,30 @@ def test_settle_retains_what_the_operator_wrote_in_place(order: Order) -> None:
         carry.buffer.narrow(1, 0, h.shape[1]).copy_(h)  # the operator's write-through
         assert torch.equal(carry.settle(h.shape[1]), stock)
         assert carry.data_ptr() == ptr
+
+
+def test_carries_sharing_one_base_reset_in_place_and_never_write_it() -> None:
+    """Two carries (sessions) share one prompt-only base over a long stream with turn resets:
+    every reset writes the base into the carry's own buffer, which never moves, and the shared
+    base is read, never written."""
+    gen = torch.Generator().manual_seed(1)
+    P, history, call = 302, 100, 50
+    base = torch.randn(2, 1, P, 4, generator=gen)
+    pristine = base.clone()
+    carries = [
+        Carry(base, dim=2, prompt=P, history=history, order=order, capacity=458)
+        for order in (Order.NEWEST_FIRST, Order.OLDEST_FIRST)
+    ]
+    ptrs = [c.data_ptr() for c in carries]
+    for c in carries:
+        assert c.base is base and c.data_ptr() != base.data_ptr(), "shared, never aliased"
+    for _turn in range(6):
+        for _ in range(5):
+            for c in carries:
+                c.append(torch.randn(2, 1, call, 4, generator=gen))
+        for c, ptr in zip(carries, ptrs, strict=True):
+            assert c.extent == P + history
+            c.reset()
+            assert c.data_ptr() == ptr and c.view().data_ptr() == ptr, "reset must not reallocate"
+            assert c.extent == P and torch.equal(c.view(), base)
+    assert torch.equal(base, pristine), "a carry wrote the shared prompt-only base"

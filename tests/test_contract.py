@@ -11,15 +11,19 @@ from typing import Any
 import pytest
 import yaml
 
+from engine.carry import RetentionRule, declared_retention
 from engine.contract import (
     DeclarationError,
     DeclarationNotFound,
     Order,
     RetentionPolicy,
+)
+from engine.declaration_io import (
+    declarations_dir,
     list_declarations,
     load_declaration,
+    parse_declaration,
 )
-from engine.declaration_io import declarations_dir, parse_declaration
 from engine.expr import ExprError, evaluate_predicate, parse_expr, parse_predicate
 
 FAMILIES = ["freezeomni", "lycheefd_token2wav", "minicpmo45_token2wav", "moshi", "personaplex"]
@@ -131,21 +135,25 @@ def test_structured_predicates() -> None:
         parse_predicate({"lte": ["f", 1]})
 
 
-# --- retention slices (other modules depend on these) ---------------------------------------
+# --- retention runs (the carry and the auditor keep exactly these) --------------------------
 
 
-def test_prompt_plus_history_slices_follow_the_layout() -> None:
+def kept(rule: RetentionRule, extent: int) -> list[int]:
+    live = list(range(extent))
+    return [x for run in rule.spans(extent) for x in live[run.src : run.src + run.length]]
+
+
+def test_prompt_plus_history_runs_follow_the_layout() -> None:
     decl = load_declaration("minicpmo45_token2wav")
     env = {**decl.values(), "f_prompt": 3, "f_retained": 2}
     live = list(range(9))
-    conformer = decl.regions["conformer_att"].retention  # oldest_first, prompt 3, history 2
-    estimator = decl.regions["estimator_att"].retention  # newest_first, prompt 2, history 3
-    keep = [x for s in conformer.retained_slices(9, env) for x in live[s]]
-    assert keep == live[:3] + live[-2:]  # H[:P] ‖ H[-R:]
-    keep = [x for s in estimator.retained_slices(9, env) for x in live[s]]
-    assert keep == live[:3] + live[-2:]  # H[:R] ‖ H[-P:] with R = f_prompt = 3, P = 2
-    assert estimator.retained_slices(5, env) == (slice(0, 5),)  # not above P + R: untouched
-    assert conformer.retained_extent(9, env) == 5
+    conformer = declared_retention(decl.regions["conformer_att"], env)  # oldest_first, 3 + 2
+    estimator = declared_retention(decl.regions["estimator_att"], env)  # newest_first, 2 + 3
+    assert (conformer.dim, estimator.dim) == (3, 4)  # the regions' clock axes
+    assert kept(conformer, 9) == live[:3] + live[-2:]  # H[:P] ‖ H[-R:]
+    assert kept(estimator, 9) == live[:3] + live[-2:]  # H[:R] ‖ H[-P:] with R = f_prompt = 3
+    assert kept(estimator, 5) == live[:5]  # not above P + R: untouched
+    assert decl.regions["conformer_att"].retention.retained_extent(9, env) == 5
 
 
 def test_ring_and_window_extents() -> None:
@@ -153,9 +161,11 @@ def test_ring_and_window_extents() -> None:
     ring = moshi.regions["lm_kv"].retention
     assert ring.policy is RetentionPolicy.RING
     assert ring.retained_extent(1, moshi.values()) == 3000
+    with pytest.raises(ValueError, match="never trims"):
+        declared_retention(moshi.regions["lm_kv"], moshi.values())
     omni = load_declaration("freezeomni")
-    window = omni.regions["left_context"].retention
-    assert window.retained_slices(50, omni.values()) == (slice(40, 50),)
+    window = declared_retention(omni.regions["left_context"], omni.values())
+    assert kept(window, 50) == list(range(40, 50))
 
 
 # --- validation errors name the field, the value and the fix --------------------------------
@@ -209,6 +219,9 @@ def test_more_invalid_declarations(minicpmo_doc: dict[str, Any]) -> None:
     doc = copy.deepcopy(minicpmo_doc)
     doc["operators"]["hift"]["writes"] = ["estimator_att"]
     assert "already written by 'estimator'" in _error(doc)
+    doc = copy.deepcopy(minicpmo_doc)
+    doc["clocks"]["token"] = {"per": "sample", "ratio": 2}
+    assert _error(doc).startswith("clocks.token.per: token -> sample -> frame -> token is a cycle")
 
 
 def test_no_eval_or_exec_in_the_declaration_code() -> None:

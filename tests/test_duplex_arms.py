@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from app.converse import summarize
 from app.session import build_session
 from app.settings import Settings
 from engine.arms import ARMS, Arm
+from engine.cadence import CadenceStats
 from engine.duplex import PeriodOutcome
 from tests.speech import conversation
 
@@ -71,6 +73,19 @@ def unequal(reference: list[PeriodOutcome], outcomes: list[PeriodOutcome]) -> li
         for k, (a, b) in enumerate(zip(reference, outcomes, strict=True))
         if not np.array_equal(a.pcm, b.pcm)
     ]
+
+
+def test_converse_and_the_live_panel_print_the_same_p95(eager: list[PeriodOutcome]) -> None:
+    """One percentile function: ``converse``'s summary and the live panel's cadence summary
+    (``CadenceStats``, whose window holds this whole run) agree on the same periods."""
+    panel = CadenceStats()
+    for outcome in eager:
+        panel.update(outcome.record)
+    shown = panel.summary()
+    printed = summarize(eager)
+    for key in ("p50", "p95"):
+        value = shown[f"{key}_s"]
+        assert isinstance(value, float) and printed[f"{key}_ms"] == round(value * 1e3, 2), key
 
 
 @pytest.mark.parametrize("arm", [a for a in ARMS if a is not Arm.EAGER], ids=str)

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from engine.arms import Arm
-from engine.contract import StreamEvent, list_declarations, load_declaration
+from engine.contract import StreamEvent
+from engine.declaration_io import list_declarations, load_declaration
 from engine.extents import walk
 from engine.plan import Plan, catalog_width, make_plan, plan_as_dict
 

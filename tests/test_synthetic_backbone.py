@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from adapters.synthetic import SyntheticBackbone
+from engine.declaration_io import load_declaration
 from engine.duplex import Phase
 from engine.windowed import Backbone, BackboneStep
 from tests.speech import Conversation, conversation
@@ -17,6 +18,20 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 QUESTION = "hello, how are you today? tell me about the weather."
 INTERRUPTION = "no wait, stop, I have another question"
+
+
+_POINT = load_declaration("minicpmo45_token2wav").values()
+DECLARED = {  # MiniCPM-o's clocks: 25 tokens a 1-s period
+    "period_s": 1.0,
+    "tokens_per_s": _POINT["stride_tokens"],
+    "lookahead": _POINT["lookahead"],
+    "vocab": _POINT["vocab"],
+}
+
+
+def backbone_of(**kwargs: object) -> SyntheticBackbone:
+    """A backbone at MiniCPM-o's declared clocks, with ``kwargs`` changed."""
+    return SyntheticBackbone(**{**DECLARED, **kwargs})  # type: ignore[arg-type]
 
 
 def run(backbone: SyntheticBackbone, talk: Conversation) -> list[BackboneStep]:
@@ -28,13 +43,13 @@ def speaking(steps: list[BackboneStep]) -> list[int]:
 
 
 def test_conforms_to_the_backbone_protocol() -> None:
-    backbone: Backbone = SyntheticBackbone()
+    backbone: Backbone = backbone_of()
     assert backbone.period_s == 1.0 and backbone.input_rate == 16000
 
 
 def test_listens_then_answers_at_the_token_clock() -> None:
     talk = conversation([0.5, QUESTION, 10.0])
-    steps = run(SyntheticBackbone(seed=0), talk)
+    steps = run(backbone_of(seed=0), talk)
     ((_, end),) = talk.speech
     spoken = speaking(steps)
     first, last = spoken[0], spoken[-1]
@@ -59,7 +74,7 @@ def test_listens_then_answers_at_the_token_clock() -> None:
 
 def test_stops_at_once_on_barge_in_and_answers_again() -> None:
     talk = conversation([0.5, QUESTION, 1.5, INTERRUPTION, 9.0])
-    steps = run(SyntheticBackbone(seed=0), talk)
+    steps = run(backbone_of(seed=0), talk)
     _, (start_b, end_b) = talk.speech
     barged = [k for k, s in enumerate(steps) if s.barge_in]
     assert len(barged) == 1
@@ -78,9 +93,9 @@ def test_stops_at_once_on_barge_in_and_answers_again() -> None:
 def test_deterministic_and_never_touches_the_global_rng() -> None:
     talk = conversation([0.5, QUESTION, 1.5, INTERRUPTION, 9.0])
     before = torch.random.get_rng_state()
-    backbone = SyntheticBackbone(seed=3)
+    backbone = backbone_of(seed=3)
     first = run(backbone, talk)
-    second = run(SyntheticBackbone(seed=3), talk)
+    second = run(backbone_of(seed=3), talk)
     backbone.reset()
     third = run(backbone, talk)
     assert torch.equal(torch.random.get_rng_state(), before)
@@ -88,22 +103,22 @@ def test_deterministic_and_never_touches_the_global_rng() -> None:
         assert (a.phase, a.turn_end, a.barge_in) == (b.phase, b.turn_end, b.barge_in)
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.tokens, c.tokens)
         assert a.voice_prob == b.voice_prob == c.voice_prob
-    other = run(SyntheticBackbone(seed=4), talk)
+    other = run(backbone_of(seed=4), talk)
     spoken = speaking(first)
     assert not torch.equal(first[spoken[0]].tokens, other[spoken[0]].tokens), "seed matters"
 
 
 def test_a_turns_tokens_depend_on_seed_and_turn_only() -> None:
     """Turn 0 says the same whenever it starts: timing does not leak into the tokens."""
-    early = run(SyntheticBackbone(), conversation([0.2, "yes", 9.0]))
-    late = run(SyntheticBackbone(), conversation([2.5, QUESTION, 9.0]))
+    early = run(backbone_of(), conversation([0.2, "yes", 9.0]))
+    late = run(backbone_of(), conversation([2.5, QUESTION, 9.0]))
     a, b = early[speaking(early)[0]], late[speaking(late)[0]]
     assert torch.equal(a.tokens, b.tokens)
 
 
 def test_a_period_costs_well_under_its_budget() -> None:
     talk = conversation([0.5, QUESTION, 5.0])
-    backbone = SyntheticBackbone()
+    backbone = backbone_of()
     costs: dict[Phase, list[float]] = {Phase.LISTEN: [], Phase.SPEAK: []}
     for mic in talk.periods():
         start = time.perf_counter()
@@ -123,4 +138,4 @@ def test_a_period_costs_well_under_its_budget() -> None:
 )
 def test_bad_arguments_name_the_fix(kwargs: dict[str, object], fix: str) -> None:
     with pytest.raises(ValueError, match=fix):
-        SyntheticBackbone(**kwargs)  # type: ignore[arg-type]
+        backbone_of(**kwargs)

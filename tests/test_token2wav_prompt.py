@@ -34,13 +34,13 @@ from adapters.token2wav.features import (
 )
 from adapters.token2wav.hift import build_hift
 from adapters.token2wav.prompt import (
-    MAX_PROMPT_FRAMES,
     SPEAKER_FILE,
     TOKENIZER_FILE,
     PromptError,
     align_mel,
     check_prompt_wav,
     max_prompt_seconds,
+    prompt_limits,
     random_voice,
     voice_from_wav,
 )
@@ -217,7 +217,7 @@ def test_voice_from_wav_feeds_each_model_the_vendor_features(
     assert torch.equal(voice.tokens, torch.from_numpy(codes_expected.astype("i4")))
     assert len(set(voice.tokens[0].tolist())) > n // 3, "codes should vary over the recording"
     assert voice.frames == 2 * n and voice.mel.shape == (1, 2 * n, 80)
-    assert voice.mel.dtype == torch.float32 and torch.equal(voice.mel, align_mel(mel, n))
+    assert voice.mel.dtype == torch.float32 and torch.equal(voice.mel, align_mel(mel, 2 * n))
     assert torch.equal(voice.spk, torch.from_numpy(spk)) and voice.spk.shape == (1, 192)
 
 
@@ -239,7 +239,7 @@ def test_a_wrong_feats_length_changes_the_stand_in_codes(voice_wav: Path) -> Non
 def test_align_mel_is_the_vendors_replicate_pad(frames: int) -> None:
     mel = torch.randn(1, frames, 80, generator=torch.Generator().manual_seed(frames))
     vendor = torch.nn.functional.pad(mel, (0, 0, 0, 2 * 5 - frames), mode="replicate")
-    assert torch.equal(align_mel(mel, 5), vendor)
+    assert torch.equal(align_mel(mel, 2 * 5), vendor)
 
 
 def test_random_voice_keeps_the_synth_values_and_the_global_generator() -> None:
@@ -305,7 +305,7 @@ def test_unusable_recordings_are_refused_with_the_fix(tmp_path: Path, checkpoint
 
 def test_the_longest_prompt_fills_the_envelope_and_no_more(tmp_path: Path) -> None:
     """16.88 s at 16 kHz -> 1688 log-mel frames -> 422 tokens -> 844 = 1000 - 100 - 56 frames."""
-    assert MAX_PROMPT_FRAMES == 844 and max_prompt_seconds() == pytest.approx(16.88)
+    assert prompt_limits().max_frames == 844 and max_prompt_seconds() == pytest.approx(16.88)
     longest = int(max_prompt_seconds() * 16_000) + 159  # the last 10 ms frame is still partial
     path = tmp_path / "long.wav"
     soundfile.write(path, np.zeros(longest, "f4"), 16_000, subtype="PCM_16")

@@ -12,36 +12,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adapters.token2wav.binding import call_classes
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.hift import HiFTConfig, build_hift
 from adapters.token2wav.speech import SpeechStream
-from adapters.token2wav.stream import FlowStream
 from engine.arms import ARMS, Arm
 from engine.replay import ReplayEngine
 from tests.gpu_results import record
-from tests.token2wav_small import random_voice, small_flow, token_calls
+from tests.token2wav_small import make_stream, random_voice, small_flow, token_calls
 
 SMALL_HIFT = HiFTConfig(base_channels=64, f0_channels=64)
 PATTERN: list[int | str] = [28, 28, 28, 28, "last:3", "reset", 28, 28, 13, "last:5"]
 
 
 def run(arm: Arm, device: str, flow, hift, voice, calls) -> tuple[list[torch.Tensor], dict]:
-    engine = ReplayEngine(device)
-    stream = SpeechStream(
-        FlowStream(
-            flow,
-            voice.tokens,
-            voice.mel,
-            voice.spk,
-            arm=arm,
-            engine=engine,
-            classes=call_classes("minicpmo45", voice.frames),
-            n_steps=2 if device == "cpu" else 10,
-        ),
-        hift,
-        engine,
-    )
+    replay = ReplayEngine(device)
+    flow_stream = make_stream(flow, voice, arm, replay, n_steps=2 if device == "cpu" else 10)
+    stream = SpeechStream(flow_stream, hift, replay)
     torch.manual_seed(11)
     torch.cuda.manual_seed_all(11)
     pcm = []
@@ -51,7 +37,7 @@ def run(arm: Arm, device: str, flow, hift, voice, calls) -> tuple[list[torch.Ten
                 stream.reset()
             else:
                 pcm.append(stream.push(tokens, last))
-    return pcm, engine.snapshot()["ops"]
+    return pcm, replay.snapshot()["ops"]
 
 
 @pytest.fixture(scope="module")

@@ -20,15 +20,32 @@ from torch import Tensor
 
 from adapters.token2wav.hift import HiFTConfig, HiFTGenerator, build_hift
 from adapters.token2wav.vocoder_stream import (
-    MEL_CACHE_FRAMES,
     VocoderState,
-    VocoderStream,
     cross_fade,
     fade_window,
+    vocode_chunk,
 )
+from engine.declaration_io import load_declaration
 
+MEL_CACHE_FRAMES = load_declaration("minicpmo45_token2wav").values()["hift_mel_cache"]  # 8
 TAIL = 3840  # 8 mel frames × 480 samples
 CHUNK_FRAMES = (50, 50, 37, 50, 12)  # steady chunks, a flush-sized one, a short last one
+
+
+class VocoderStream:
+    """A :class:`VocoderState` holder for these tests (``SpeechStream`` holds it in the app)."""
+
+    def __init__(self, hift: HiFTGenerator) -> None:
+        self.hift = hift
+        self.window = fade_window(MEL_CACHE_FRAMES * hift.config.samples_per_frame, "cpu")
+        self.reset()
+
+    def push(self, chunk_mel: Tensor, last_chunk: bool = False) -> Tensor:
+        speech, self.state = vocode_chunk(self.hift, self.state, chunk_mel, self.window, last_chunk)
+        return speech
+
+    def reset(self) -> None:
+        self.state = VocoderState.initial(self.hift.config.in_channels, "cpu")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,14 @@ def ids(start: int, n: int) -> torch.Tensor:
     return torch.arange(start, start + n, dtype=torch.int32).reshape(1, n)
 
 
+MINICPM = {"stride": 25, "lookahead": 3, "flush_min": 8, "max_call": 28}
+
+
+def minicpm() -> TokenWindower:
+    """MiniCPM-o's windows (the declaration's, checked in the first test)."""
+    return TokenWindower.from_declaration("minicpmo45_token2wav")
+
+
 def kinds(calls: list[Call]) -> list[tuple[str, int, bool]]:
     return [(str(c.kind), c.tokens.shape[1], c.last_chunk) for c in calls]
 
@@ -31,7 +39,7 @@ def test_numbers_come_from_the_declarations() -> None:
 
 
 def test_a_turn_is_flush_steady_last() -> None:
-    w = TokenWindower()
+    w = minicpm()
     calls = w.push(ids(0, 28))  # a full first window
     calls += w.push(ids(28, 25))
     calls += w.push(ids(53, 25))
@@ -50,7 +58,7 @@ def test_a_turn_is_flush_steady_last() -> None:
 
 
 def test_slow_tokens_wait_for_the_flush_minimum() -> None:
-    w = TokenWindower()
+    w = minicpm()
     assert w.push(ids(0, 5)) == []
     assert w.in_turn
     calls = w.push(ids(5, 5))  # 10 pending >= 8: a flush of 10, 3 kept as lookahead
@@ -61,7 +69,7 @@ def test_slow_tokens_wait_for_the_flush_minimum() -> None:
 
 
 def test_a_burst_is_cut_into_windows_of_at_most_max_call() -> None:
-    w = TokenWindower()
+    w = minicpm()
     calls = w.push(ids(0, 90))
     assert kinds(calls) == [("flush", 28, False), ("steady", 28, False), ("steady", 28, False)]
     assert w.pending == 90 - 75
@@ -71,14 +79,14 @@ def test_a_burst_is_cut_into_windows_of_at_most_max_call() -> None:
 
 
 def test_turn_end_sends_what_fits_one_call_as_the_last_call() -> None:
-    w = TokenWindower()
+    w = minicpm()
     w.push(ids(0, 28))
     # 3 lookahead + 25 new = 28: one last call, not a steady window and a last call of 3.
     assert kinds(w.push(ids(28, 25), turn_end=True)) == [("last", 28, True)]
 
 
 def test_barge_in_flushes_the_lookahead_as_the_last_call() -> None:
-    w = TokenWindower()
+    w = minicpm()
     w.push(ids(0, 28))
     w.push(ids(28, 25))
     calls = w.push(ids(0, 0), turn_end=True)
@@ -87,7 +95,7 @@ def test_barge_in_flushes_the_lookahead_as_the_last_call() -> None:
 
 
 def test_a_short_turn_is_one_last_call_and_an_empty_turn_none() -> None:
-    w = TokenWindower()
+    w = minicpm()
     assert kinds(w.push(ids(0, 20), turn_end=True)) == [("last", 20, True)]
     assert w.push(ids(0, 0), turn_end=True) == []
     assert w.push(ids(0, 0)) == []
@@ -110,13 +118,13 @@ def test_lychee_windows_are_13_at_a_stride_of_10() -> None:
 
 
 def test_windows_are_fresh_tensors_on_the_tokens_device() -> None:
-    w = TokenWindower()
+    w = minicpm()
     source = ids(0, 28)
     (call,) = w.push(source)
     source.zero_()
     assert int(call.tokens[0, 1]) == 1 and call.tokens.dtype == torch.int32
     # Canonical strides whatever the buffer's width: strides are part of replay signatures.
-    calls = TokenWindower().push(ids(0, 90)) + TokenWindower().push(ids(0, 20), turn_end=True)
+    calls = minicpm().push(ids(0, 90)) + minicpm().push(ids(0, 20), turn_end=True)
     assert all(c.tokens.stride() == (c.tokens.shape[1], 1) for c in calls)
     assert call.kind is CallKind.FLUSH and call.info.to_dict()["kind"] == "flush"
 
@@ -126,4 +134,4 @@ def test_windows_are_fresh_tensors_on_the_tokens_device() -> None:
 )
 def test_impossible_windows_are_refused(args: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=r"from_declaration|stride"):
-        TokenWindower(**args)
+        TokenWindower(**{**MINICPM, **args})

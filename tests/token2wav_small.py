@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from adapters.token2wav.binding import call_classes
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.config import SMALL_FLOW, FlowConfig
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec
@@ -54,19 +54,20 @@ def make_stream(
     flow: CausalMaskedDiffWithXvec,
     voice: Voice,
     arm: Arm,
-    engine: ReplayEngine | None = None,
+    replay: ReplayEngine | None = None,
     n_steps: int = 2,
+    family: str = "minicpmo45",
 ) -> FlowStream:
-    """MiniCPM-o's flow stream for ``voice`` under ``arm`` (a CPU replay engine by default)."""
+    """``family``'s flow stream for ``voice`` under ``arm`` (a CPU replay engine by default);
+    ``family`` is a family name or a declaration's name or path."""
     return FlowStream(
         flow,
         voice.tokens,
         voice.mel,
         voice.spk,
+        binding=bind_flow(family, voice.frames, n_steps),
         arm=arm,
-        engine=engine or ReplayEngine("cpu"),
-        classes=call_classes("minicpmo45", voice.frames),
-        n_steps=n_steps,
+        replay=replay or ReplayEngine("cpu"),
     )
 
 

@@ -27,11 +27,11 @@ from tests.toy import ToyAttention
 class ToyChunkStream:
     """A stream of chunks over ``steps`` caches; implements :class:`engine.arms.ArmedStream`."""
 
-    def __init__(self, toy: ToyAttention, engine: ReplayEngine, arm: Arm, steps: int = 2) -> None:
+    def __init__(self, toy: ToyAttention, replay: ReplayEngine, arm: Arm, steps: int = 2) -> None:
         self.toy, self.steps, self._arm = toy, steps, arm
         self.carries = [toy.carry() for _ in range(steps)]
         self.caches: list[Tensor] = [toy.base.clone() for _ in range(steps)]
-        self.ops = self._register(engine)
+        self.ops = self._register(replay)
 
     @property
     def arm(self) -> Arm:
@@ -89,7 +89,7 @@ class ToyChunkStream:
             hs.append(h)
         return (x, *hs)
 
-    def _register(self, engine: ReplayEngine) -> dict[tuple[str, bool], ReplayOp]:
+    def _register(self, replay: ReplayEngine) -> dict[tuple[str, bool], ReplayOp]:
         """Operators per (unit, state rule): carry views are ALIASED (one address per step, so
         one operator per step), the stock path's fresh caches are STAGED (copied per call)."""
         cfg, dev = self.toy.cfg, self.toy.device
@@ -105,11 +105,11 @@ class ToyChunkStream:
                     chunk_sigs.append(Signature.of((x,) + (cache,) * self.steps))
             tag = "carry" if state_rule else "stock"
             aliased = tuple(range(1, self.steps + 1)) if state_rule else ()
-            ops[("chunk", state_rule)] = engine.register(
+            ops[("chunk", state_rule)] = replay.register(
                 f"toy_chunk_{tag}", self._run_chunk, catalog=Catalog(chunk_sigs), aliased=aliased
             )
             for s in range(self.steps):
-                ops[(f"step{s}", state_rule)] = engine.register(
+                ops[(f"step{s}", state_rule)] = replay.register(
                     f"toy_step{s}_{tag}",
                     self.toy.step,
                     catalog=Catalog(step_sigs),

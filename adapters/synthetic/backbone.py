@@ -45,12 +45,12 @@ def turn_seed(seed: int, turn: int) -> int:
 class SyntheticBackbone:
     """Listens with a real voice-activity model, speaks seeded random speech tokens.
 
-    Args:
-        period_s: native period (1.0 for the token2wav family).
-        input_rate: microphone rate; silero-vad needs 16000.
-        tokens_per_s: the token clock (25); ``tokens_per_s · period_s`` is the stride.
-        lookahead: extra tokens of a turn's first period (3), so its first window is full.
-        vocab: speech tokens (6561).
+    Args (the first four from the synthesizer's declaration):
+        period_s: native period (1 s for the token2wav family).
+        tokens_per_s: the token clock; ``tokens_per_s · period_s`` is the stride.
+        lookahead: extra tokens of a turn's first period, so its first window is full.
+        vocab: speech-token codes.
+        input_rate: microphone rate; silero-vad's own (16 kHz, ``adapters.synthetic.vad.RATE``).
         device: where the emitted tokens live (the synthesizer's device); the model runs on CPU.
         seed: weights and every turn's generator.
         answer_s: (shortest, longest) answer in seconds of tokens; each turn draws one uniformly.
@@ -60,11 +60,12 @@ class SyntheticBackbone:
 
     def __init__(
         self,
-        period_s: float = 1.0,
-        input_rate: int = 16000,
-        tokens_per_s: float = 25,
-        lookahead: int = 3,
-        vocab: int = 6561,
+        *,
+        period_s: float,
+        tokens_per_s: float,
+        lookahead: int,
+        vocab: int,
+        input_rate: int = RATE,
         device: str | torch.device = "cpu",
         seed: int = 0,
         answer_s: tuple[float, float] = (3.0, 8.0),

@@ -28,7 +28,7 @@ class LMConfig:
     """Shape and sampling of the token model.
 
     Args:
-        vocab: speech tokens (6561 = 3^8, CosyVoice2's tokenizer, used by the token2wav family).
+        vocab: speech-token codes (the synthesizer's declared ``vocab``).
         d_model: residual width.
         layers: transformer blocks.
         heads: attention heads (``d_model`` must divide by it).
@@ -37,7 +37,7 @@ class LMConfig:
         temperature: logits are divided by it before sampling.
     """
 
-    vocab: int = 6561
+    vocab: int
     d_model: int = 128
     layers: int = 2
     heads: int = 4
@@ -86,9 +86,8 @@ class TokenLM:
         seed: the weights' seed.
     """
 
-    def __init__(self, config: LMConfig | None = None, seed: int = 0) -> None:
-        self.config = config or LMConfig()
-        c = self.config
+    def __init__(self, config: LMConfig, seed: int = 0) -> None:
+        self.config = c = config
         self.w = _weights(c, seed)
         self.head_dim = c.d_model // c.heads
         cache = (c.layers, c.heads, c.max_len, self.head_dim)

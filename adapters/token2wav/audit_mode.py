@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from adapters.token2wav.stream import AUDIT_REGION, FlowStream
+from adapters.token2wav.binding import CARRY_REGION
+from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
-from engine.audit import Auditor, AuditReport, Divergence, declared_retention
+from engine.audit import Auditor, AuditReport, Divergence
 from engine.carry import RetentionRule
-from engine.contract import load_declaration
 from engine.metrics import Metrics
 
 audit_log = logging.getLogger("duplexcadence.audit")
@@ -49,7 +49,7 @@ class CarryAudit:
         """What is audited, for the trace header."""
         rule = self.declared
         return {
-            "region": AUDIT_REGION,
+            "region": CARRY_REGION,
             "arms": [str(a) for a in Arm if a.state_rule],
             "declared": {
                 "dim": rule.dim,
@@ -98,10 +98,10 @@ class CarryAudit:
 
 
 def _audit_counts(report: AuditReport) -> dict[str, Any]:
-    region = report.regions.get(AUDIT_REGION)
+    region = report.regions.get(CARRY_REGION)
     first = report.first_divergence
     return {
-        "region": AUDIT_REGION,
+        "region": CARRY_REGION,
         "retentions_total": report.retentions,
         "agreements_total": report.agreements,
         "divergences_total": report.divergences,
@@ -113,9 +113,8 @@ def _audit_counts(report: AuditReport) -> dict[str, Any]:
     }
 
 
-def carry_audit(declaration: str, flow: FlowStream) -> CarryAudit:
-    """Audit mode's wiring: the carry's region, with its retention as the declaration states
-    it at this voice's prompt length (the auditor checks the carry against the declaration)."""
-    decl = load_declaration(declaration)
-    env = decl.values({"f_prompt": flow.prompt_frames})
-    return CarryAudit(flow, declared_retention(decl.regions[AUDIT_REGION], env))
+def carry_audit(flow: FlowStream) -> CarryAudit:
+    """Audit mode's wiring: the carry's region, with its retention as the declaration states it
+    at this voice's prompt length (the binding's rule: the auditor checks the carry's in-place
+    moves against the stock concatenation the declaration describes)."""
+    return CarryAudit(flow, flow.binding.carry)

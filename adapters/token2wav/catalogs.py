@@ -1,23 +1,22 @@
 """The replayed flow operators' catalogs: tensor signatures from shapes alone, before traffic.
 
 Each :class:`CallClass` (token count, ``last_chunk``, attended extent: the plan's catalog) fixes
-every shape of the four operators a :class:`~adapters.token2wav.stream.FlowStream` registers; a
-signature lists them (with the carry's strides for the state-rule operators), so admission is
-decided by the declaration, and a call the plan did not foresee is a counted miss.
+every shape of the four operators :mod:`adapters.token2wav.operators` registers; a signature lists
+them (with the carry's strides for the state-rule operators), so admission is decided by the
+declaration, and a call the plan did not foresee is a counted miss. Extents go on the regions'
+declared clock axes; every other size comes from the prompt-only state's own shapes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
-from adapters.token2wav.chunks import call_frames
+from adapters.token2wav.dit import CFG_BATCH
 from engine.signature import Catalog, Signature, TensorSpec
-
-if TYPE_CHECKING:
-    from adapters.token2wav.stream import FlowStream
 
 
 @dataclass(frozen=True)
@@ -30,41 +29,59 @@ class CallClass:
 
 
 class Catalogs:
-    """Tensor signatures of the four operators for every call class, from shapes alone."""
+    """Tensor signatures of the four operators for every call class, from shapes alone.
 
-    def __init__(self, stream: FlowStream, classes: tuple[CallClass, ...]) -> None:
+    ``prompt_state`` is the prompt-only state in the stock form (envelope slots included);
+    ``carry_stride`` the carry buffer's strides; ``region`` the conv region; ``estimator_axis``
+    and ``conformer_axis`` the clock axes of the two attention caches (slot axis 0 is the solver
+    step); ``call_frames(tokens, last_chunk)`` the mel frames a call advances.
+    """
+
+    def __init__(
+        self,
+        classes: tuple[CallClass, ...],
+        prompt_state: Mapping[str, Tensor],
+        *,
+        carry_stride: tuple[int, ...],
+        region: Tensor,
+        n_steps: int,
+        channels: int,
+        estimator_axis: int,
+        conformer_axis: int,
+        call_frames: Callable[[int, bool], int],
+    ) -> None:
         self.classes = classes
-        state = stream.stock_shapes()
-        self.dtype, self.device = (
-            state["estimator_att_cache"].dtype,
-            state["estimator_att_cache"].device,
-        )
-        self.conf_cnn = tuple(state["conformer_cnn_cache"].shape)
-        self.conf_att = tuple(state["conformer_att_cache"].shape)
-        self.est_cnn = tuple(state["estimator_cnn_cache"].shape)
-        self.est_att = tuple(state["estimator_att_cache"].shape)
-        self.carry_stride = stream.carry.buffer.stride()
-        self.region = TensorSpec.like(stream.cnn_region)
-        self.n_steps = stream.n_steps
-        self.channels = stream.flow.encoder_proj.out_features
+        att = prompt_state["estimator_att_cache"]
+        self.dtype, self.device = att.dtype, att.device
+        self.conf_cnn = tuple(prompt_state["conformer_cnn_cache"].shape)
+        self.conf_att = tuple(prompt_state["conformer_att_cache"].shape)
+        self.est_cnn = tuple(prompt_state["estimator_cnn_cache"].shape)
+        self.est_att = tuple(att.shape)
+        self.carry_stride = carry_stride
+        self.region = TensorSpec.like(region)
+        self.n_steps, self.channels = n_steps, channels
+        self.est_axis, self.conf_axis = estimator_axis, conformer_axis
+        self._call_frames = call_frames
 
     def spec(self, shape: tuple[int, ...], stride: tuple[int, ...] | None = None) -> TensorSpec:
         return TensorSpec(shape, self.dtype, self.device, stride)
-
-    def _frames(self, c: CallClass) -> int:
-        return call_frames(c.tokens, c.last_chunk)
 
     def tokens(self, c: CallClass) -> TensorSpec:
         return TensorSpec((1, c.tokens), torch.int32, self.device)
 
     def conformer(self, c: CallClass) -> tuple[TensorSpec, TensorSpec]:
-        att = (*self.conf_att[:3], c.extent, self.conf_att[4])
+        att = at_extent(self.conf_att, self.conf_axis, c.extent)
         return self.spec(self.conf_cnn), self.spec(att)
+
+    def carry_view(self, c: CallClass) -> TensorSpec:
+        """The carry's live view: ``n_steps`` slots at the class's extent, the buffer's strides."""
+        shape = at_extent((self.n_steps, *self.est_att[1:]), self.est_axis, c.extent)
+        return self.spec(shape, self.carry_stride)
 
     def chunk_stock(self) -> Catalog:
         sigs = []
         for c in self.classes:
-            att = (*self.est_att[:4], c.extent, self.est_att[5])
+            att = at_extent(self.est_att, self.est_axis, c.extent)
             args = (self.tokens(c), *self.conformer(c), self.spec(self.est_cnn), self.spec(att))
             sigs.append(Signature.of((*args, c.last_chunk)))
         return Catalog(sigs)
@@ -72,29 +89,26 @@ class Catalogs:
     def chunk_carry(self) -> Catalog:
         sigs = []
         for c in self.classes:
-            view = self.spec(
-                (self.n_steps, *self.est_att[1:4], c.extent, self.est_att[5]), self.carry_stride
-            )
-            args = (self.tokens(c), *self.conformer(c), view, self.region, c.last_chunk)
-            sigs.append(Signature.of(args))
+            args = (self.tokens(c), *self.conformer(c), self.carry_view(c), self.region)
+            sigs.append(Signature.of((*args, c.last_chunk)))
         return Catalog(sigs)
 
     def _step_inputs(self, c: CallClass, first: bool) -> tuple[TensorSpec, ...]:
-        f, ch = self._frames(c), self.channels
+        f, ch, cfg = self._call_frames(c.tokens, c.last_chunk), self.channels, CFG_BATCH
         dt = self.spec(()) if first else self.spec((1,))
         return (
             self.spec((1, ch, f)),
             self.spec((1,)),
             dt,
-            self.spec((2, ch, f)),
-            self.spec((2, ch)),
-            self.spec((2, ch, f)),
+            self.spec((cfg, ch, f)),
+            self.spec((cfg, ch)),
+            self.spec((cfg, ch, f)),
         )
 
     def step_stock(self) -> Catalog:
         sigs = []
         for c in self.classes:
-            att = (*self.est_att[1:4], c.extent, self.est_att[5])
+            att = at_extent(self.est_att[1:], self.est_axis - 1, c.extent)  # one step's slot
             for first in (True, False):
                 args = (*self._step_inputs(c, first), self.spec(self.est_cnn[1:]), self.spec(att))
                 sigs.append(Signature.of(args))
@@ -103,10 +117,13 @@ class Catalogs:
     def step_carry(self) -> Catalog:
         sigs = []
         for c in self.classes:
-            view = self.spec(
-                (self.n_steps, *self.est_att[1:4], c.extent, self.est_att[5]), self.carry_stride
-            )
+            view = self.carry_view(c)
             for k in range(self.n_steps):
                 args = (k, *self._step_inputs(c, k == 0), view, self.region)
                 sigs.append(Signature.of(args))
         return Catalog(sigs)
+
+
+def at_extent(shape: tuple[int, ...], axis: int, extent: int) -> tuple[int, ...]:
+    """``shape`` with ``extent`` on its clock ``axis``."""
+    return (*shape[:axis], extent, *shape[axis + 1 :])

@@ -25,9 +25,10 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from adapters.token2wav.binding import FlowBinding
 from adapters.token2wav.cfm import CausalConditionalCFM, cosine_schedule, euler_times
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
-from adapters.token2wav.stock import trim_conformer_cache, trim_estimator_cache
+from adapters.token2wav.stock import trim_conformer_cache
 
 
 class StepFn(Protocol):
@@ -45,11 +46,6 @@ class StepFn(Protocol):
     ) -> Tensor: ...
 
 
-def call_frames(tokens: int, last_chunk: bool, lookahead: int = 3, up_rate: int = 2) -> int:
-    """Mel frames a call of ``tokens`` tokens produces (the lookahead is consumed unless last)."""
-    return up_rate * (tokens if last_chunk else tokens - lookahead)
-
-
 def encode(
     flow: CausalMaskedDiffWithXvec,
     tokens: Tensor,
@@ -62,25 +58,6 @@ def encode(
         flow.input_embedding(tokens), last_chunk, conformer_cnn, conformer_att
     )
     return flow.encoder_proj(h).transpose(1, 2).contiguous(), cnn, att
-
-
-def check_call(tokens: Tensor, last_chunk: bool, lookahead: int, max_tokens: int) -> None:
-    """Admission of a call's size, with the fix in the message (the declaration's predicate)."""
-    count = tokens.shape[-1]
-    if tokens.dim() != 2 or tokens.shape[0] != 1:
-        raise ValueError(
-            f"tokens must be [1, t], got {tuple(tokens.shape)}; a stream synthesizes one batch row"
-        )
-    if not last_chunk and count <= lookahead:
-        raise ValueError(
-            f"a non-final chunk needs new tokens plus {lookahead} lookahead tokens, got "
-            f"{count}; send more tokens or pass last_chunk=True"
-        )
-    if count > max_tokens:
-        raise ValueError(
-            f"a call takes at most {max_tokens} tokens (the admission bound), got {count}; "
-            f"split it into calls of at most {max_tokens}"
-        )
 
 
 def solve(
@@ -113,8 +90,7 @@ def stock_chunk(
     state: FlowCache,
     tokens: Tensor,
     last_chunk: bool,
-    prompt_frames: int,
-    n_steps: int,
+    binding: FlowBinding,
     step: Callable[..., tuple[Tensor, Tensor, Tensor]] | None = None,
 ) -> tuple[Tensor, FlowCache]:
     """One chunk over the stock state: ``(mel, next state)``; the state's tensors are fresh.
@@ -127,7 +103,8 @@ def stock_chunk(
         flow, tokens, last_chunk, state["conformer_cnn_cache"], state["conformer_att_cache"]
     )
     att, cnn = state["estimator_att_cache"], state["estimator_cnn_cache"]
-    extent = att.shape[4] + mu.shape[2]
+    axis = binding.carry.dim  # the clock axis; slot axis 0 is the solver step
+    extent = att.shape[axis] + mu.shape[2]
     run = step or (lambda *a: cfm.step(*a, resident=True))
 
     def envelope_step(
@@ -135,16 +112,16 @@ def stock_chunk(
     ) -> Tensor:
         x, new_cnn, new_att = run(x, t, dt, mu_in, spks_in, cond_in, cnn[k], att[k])
         cfm.cnn_cache_buffer[k] = new_cnn
-        cfm.att_cache_buffer[k][:, :, :, :extent, :] = new_att
+        cfm.att_cache_buffer[k].narrow(axis - 1, 0, extent).copy_(new_att)
         return x
 
-    mel = solve(cfm, mu, flow.speaker(spk), att.shape[4], n_steps, envelope_step)
+    mel = solve(cfm, mu, flow.speaker(spk), att.shape[axis], binding.n_steps, envelope_step)
     depth = len(flow.encoder.encoders)
-    untrimmed = cfm.att_cache_buffer[:, :, :, :, :extent, :]
-    att = trim_estimator_cache(untrimmed, prompt_frames)
+    untrimmed = cfm.att_cache_buffer.narrow(axis, 0, extent)
+    att = binding.carry.apply(untrimmed)
     return mel, {
         "conformer_cnn_cache": conformer_cnn,
-        "conformer_att_cache": trim_conformer_cache(conformer_att, prompt_frames, depth),
+        "conformer_att_cache": trim_conformer_cache(conformer_att, binding.conformer, depth),
         # The envelope is overwritten by the next call: the state must own its tensors.
         "estimator_cnn_cache": cfm.cnn_cache_buffer.clone(),
         "estimator_att_cache": att.clone() if att is untrimmed else att,
@@ -160,7 +137,7 @@ def carry_chunk(
     cnn_region: Tensor,
     tokens: Tensor,
     last_chunk: bool,
-    prompt_frames: int,
+    binding: FlowBinding,
     step: StepFn | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One chunk under the state rule: ``(mel, conformer cnn, trimmed conformer att)``.
@@ -174,11 +151,11 @@ def carry_chunk(
     mu, conformer_cnn, conformer_att = encode(
         flow, tokens, last_chunk, conformer["conformer_cnn_cache"], conformer["conformer_att_cache"]
     )
-    extent = att_view.shape[4]
-    run = step or carry_step(cfm, att_buffer, att_view, cnn_region)
+    extent = att_view.shape[binding.carry.dim]
+    run = step or carry_step(cfm, att_buffer, att_view, cnn_region, binding.carry.dim)
     mel = solve(cfm, mu, flow.speaker(spk), extent, att_view.shape[0], run)
     depth = len(flow.encoder.encoders)
-    return mel, conformer_cnn, trim_conformer_cache(conformer_att, prompt_frames, depth)
+    return mel, conformer_cnn, trim_conformer_cache(conformer_att, binding.conformer, depth)
 
 
 def carry_setup(
@@ -222,15 +199,16 @@ def carry_setup(
 
 
 def carry_step(
-    cfm: CausalConditionalCFM, att_buffer: Tensor, att_view: Tensor, cnn_region: Tensor
+    cfm: CausalConditionalCFM, att_buffer: Tensor, att_view: Tensor, cnn_region: Tensor, axis: int
 ) -> StepFn:
-    """The solver step of the state rule, reading and writing the regions in place."""
-    extent = att_view.shape[4]
+    """The solver step of the state rule, reading and writing the regions in place; ``axis`` is
+    the carry's clock axis (slot axis 0 is the solver step)."""
+    extent = att_view.shape[axis]
 
     def step(
         k: int, x: Tensor, t: Tensor, dt: Tensor, mu_in: Tensor, spks_in: Tensor, cond_in: Tensor
     ) -> Tensor:
-        out = att_buffer[k].narrow(3, 0, extent + x.shape[2])
+        out = att_buffer[k].narrow(axis - 1, 0, extent + x.shape[2])
         x_next, _, _ = cfm.step(
             x,
             t,

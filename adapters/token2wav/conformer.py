@@ -47,7 +47,7 @@ def relative_positions(table: Tensor, size: int) -> Tensor:
     centre = table.size(1) // 2
     assert size <= centre + 1, (
         f"attended extent {size} exceeds the positional table ({centre + 1} positions); "
-        "trim the conformer cache (prompt + 100 frames) before it grows this far"
+        "trim the conformer cache (prompt + retained frames) before it grows this far"
     )
     return table[:, centre - size + 1 : centre + size]
 

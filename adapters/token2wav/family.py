@@ -22,6 +22,7 @@ Threads: the engine thread (it owns every CUDA call). Torch is imported inside `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
 from adapters.token2wav.config import CheckpointError, check_folder
 
 if TYPE_CHECKING:
+    from adapters.token2wav.binding import FlowBinding
     from adapters.token2wav.presets import ModelPreset
     from adapters.token2wav.prompt import VoicePrompt
     from adapters.token2wav.speech import SpeechStream
@@ -48,17 +50,28 @@ class SpeechModel:
 
     speech: SpeechStream  # tokens -> PCM under the arm
     windower: TokenWindower  # the declaration's call pattern
-    engine: ReplayEngine
+    replay: ReplayEngine
     voice: VoicePrompt
     declaration: Declaration
-    values: dict[str, int]  # the operating point at this voice's prompt length
-    output_rate: int
+    binding: FlowBinding  # what the declaration and its plan fix at this voice's prompt length
     size: ModelPreset
-    n_steps: int
+
+    @property
+    def values(self) -> Mapping[str, int]:
+        """The operating point at this voice's prompt length (and the solver steps)."""
+        return self.binding.values
+
+    @property
+    def output_rate(self) -> int:
+        return self.binding.sample_rate
+
+    @property
+    def n_steps(self) -> int:
+        return self.binding.n_steps
 
     @property
     def vocab(self) -> int:
-        return self.values["vocab"]
+        return self.binding.vocab
 
 
 @dataclass(frozen=True)
@@ -121,7 +134,7 @@ class Token2WavFamily:
         weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
         return LoadedModel(
             model=model,
-            engine=speech.engine,
+            replay=speech.replay,
             title=f"{self.title} ({speech.size.name}, {weights})",
             declaration=speech.declaration.name,
             weights_synthetic=request.checkpoint is None,
@@ -143,11 +156,11 @@ class Token2WavFamily:
         """
         import torch
 
-        from adapters.token2wav.binding import call_classes
+        from adapters.token2wav.binding import bind_flow
         from adapters.token2wav.presets import preset
         from adapters.token2wav.speech import SpeechStream
         from adapters.token2wav.stream import FlowStream
-        from engine.contract import load_declaration
+        from engine.declaration_io import load_declaration
         from engine.replay import ReplayEngine
         from engine.windows import TokenWindower
 
@@ -161,32 +174,24 @@ class Token2WavFamily:
             torch.set_num_threads(1)
         torch.manual_seed(request.seed)
         progress("loading", 0.0)
-        voice = _voice(request)
+        voice = _voice(request, self.declaration)
         flow, hift = _load_models(request, size, progress)
         progress("loading", 0.9)
         declaration = load_declaration(self.declaration)
-        windower = TokenWindower.from_declaration(declaration)
-        engine = ReplayEngine(request.device)
-        classes = call_classes(
-            self.declaration, voice.frames, windower.max_call, windower.lookahead
-        )
-        n_steps = request.n_steps or size.n_steps
+        binding = bind_flow(declaration, voice.frames, request.n_steps or size.n_steps)
+        replay = ReplayEngine(request.device)
         flow_stream = FlowStream(
             flow, voice.tokens, voice.mel, voice.spk,
-            arm=request.arm, engine=engine, classes=classes,
-            n_steps=n_steps, max_call_tokens=windower.max_call,
+            binding=binding, arm=request.arm, replay=replay,
         )  # fmt: skip
-        values = declaration.values({"f_prompt": voice.frames})
         return SpeechModel(
-            speech=SpeechStream(flow_stream, hift, engine),
-            windower=windower,
-            engine=engine,
+            speech=SpeechStream(flow_stream, hift, replay),
+            windower=TokenWindower.from_declaration(declaration),
+            replay=replay,
             voice=voice,
             declaration=declaration,
-            values=values,
-            output_rate=round(declaration.clock_rate("sample", values)),
+            binding=binding,
             size=size,
-            n_steps=n_steps,
         )
 
     # -- internals ---------------------------------------------------------------------------
@@ -213,7 +218,7 @@ class Token2WavFamily:
     def _audit(self, speech: SpeechModel) -> Any:
         from adapters.token2wav.audit_mode import carry_audit
 
-        audit = carry_audit(self.declaration, speech.speech.flow)
+        audit = carry_audit(speech.speech.flow)
         audit.attach()
         return audit
 
@@ -224,10 +229,9 @@ class Token2WavFamily:
 
         from adapters.token2wav.warmup import warm_up
 
-        values = speech.values
         warmup = warm_up(
-            speech.speech, speech.windower, speech.engine,
-            steady_to_bound=-(-values["f_retained"] // values["f_chunk"]) + 1,
+            speech.speech, speech.windower, speech.replay,
+            steady_to_bound=speech.binding.width,
             vocab=speech.vocab, seed=request.seed, device=request.device, report=progress,
         )  # fmt: skip
         if audit is not None:
@@ -260,16 +264,16 @@ def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -
     return flow.to(device), hift.to(device)
 
 
-def _voice(request: ModelRequest) -> VoicePrompt:
+def _voice(request: ModelRequest, declaration: str) -> VoicePrompt:
     """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
     random voice of ``voice_frames`` prompt frames."""
     from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
 
     if request.voice is None:
-        return random_voice(request.voice_frames, request.seed, request.device)
+        return random_voice(request.voice_frames, request.seed, request.device, declaration)
     assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
     try:
-        return voice_from_wav(request.voice, request.checkpoint, request.device)
+        return voice_from_wav(request.voice, request.checkpoint, request.device, declaration)
     except PromptError as error:
         raise FamilyError(str(error), "voice") from None
 

@@ -52,10 +52,10 @@ class CausalMaskedDiffWithXvec(nn.Module):
         encoder: UpsampleConformerEncoderV2,
         decoder: nn.Module,
         *,
+        vocab_size: int,
         input_size: int = 512,
         output_size: int = 80,
         spk_embed_dim: int = 192,
-        vocab_size: int = 6561,
     ) -> None:
         super().__init__()
         self.pre_lookahead_len = encoder.pre_lookahead_layer.pre_lookahead_len

@@ -17,13 +17,16 @@ the tokenizer as torch weights converted from the same ONNX file (``s3tokenizer`
 onnxruntime is how CosyVoice2's own frontend runs it. The codes come from rounding a projection
 (FSQ), so the two agree except where a value sits on a rounding boundary at float precision.
 
-Prompt length: at least :data:`MIN_PROMPT_S`; at most :data:`MAX_PROMPT_FRAMES` mel frames,
-because the stock path's attention envelope holds 1000 frames and must fit the prompt, the 100
-retained frames and one call of 2 x 28 (the default voice: 6.016 s -> 151 tokens -> 302 frames).
+Prompt length: at least :data:`MIN_PROMPT_S`; at most :func:`prompt_limits`'s ``max_frames`` mel
+frames, because the stock path's attention envelope (1000 frames, the declaration's envelope)
+must fit the plan's bound: the prompt, the retained frames and the largest call (MiniCPM-o: 100
+and 2 x 28, so 844; the default voice: 6.016 s -> 151 tokens -> 302 frames). Frames per token,
+the vocabulary and the lookahead come from the declaration too.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from adapters.token2wav.binding import CARRY_REGION, bind_flow, flow_declaration
 from adapters.token2wav.config import CheckpointError
-from adapters.token2wav.dit import ENVELOPE_FRAMES
 from adapters.token2wav.features import (
     MEL_RATE,
     TOKENIZER_RATE,
@@ -42,29 +45,66 @@ from adapters.token2wav.features import (
     resample,
     whisper_log_mel,
 )
-from adapters.token2wav.stock import RETAINED_FRAMES
 
 __all__ = [
-    "MAX_PROMPT_FRAMES",
     "MIN_PROMPT_S",
     "SPEAKER_FILE",
     "TOKENIZER_FILE",
     "PromptError",
+    "PromptLimits",
     "VoicePrompt",
     "check_prompt_wav",
+    "prompt_limits",
     "random_voice",
     "voice_from_wav",
 ]
 
 TOKENIZER_FILE, SPEAKER_FILE = "speech_tokenizer_v2_25hz.onnx", "campplus.onnx"
-VOCAB, SPK_DIM, UP_RATE = 6561, 192, 2  # codes, x-vector width, mel frames per token
-MAX_CALL_TOKENS = 28  # the longest synthesis call (25 new + 3 lookahead), as FlowStream takes
-MAX_PROMPT_FRAMES = ENVELOPE_FRAMES - RETAINED_FRAMES - UP_RATE * MAX_CALL_TOKENS  # 844
+SPK_DIM = 192  # the x-vector's width (the speaker model's output)
 MIN_PROMPT_S = 1.0
 """Below a second the x-vector (an average over the recording) describes little of the voice;
 a policy, not a model limit. The default voice is 6 s."""
 _HOP_16K, _FRAMES_PER_TOKEN = 160, 4  # Whisper frames of 10 ms; the tokenizer strides 2 x 2
-_MIN_TOKENS = 3  # the flow's cache setup reuses the prompt's first 3 tokens as its lookahead
+
+
+@dataclass(frozen=True)
+class PromptLimits:
+    """What a family's declaration allows of a voice prompt.
+
+    ``max_frames`` = the envelope's frames minus what the plan's bound adds to the prompt
+    (retained frames and the largest call); ``min_frames`` = the lookahead's tokens, which the
+    flow's cache set-up reuses from the prompt's start.
+    """
+
+    frames_per_token: int
+    vocabulary: int
+    min_frames: int
+    max_frames: int
+    envelope_frames: int
+    retained: int
+    call_frames: int
+
+
+@functools.cache
+def prompt_limits(family: str = "minicpmo45") -> PromptLimits:
+    """The prompt limits of ``family`` (a family or declaration name)."""
+    decl = flow_declaration(family)
+    binding = bind_flow(decl, decl.values()["f_prompt"])
+    region = decl.regions[CARRY_REGION]
+    if region.envelope is None:
+        raise CheckpointError(f"declaration {decl.name}: {CARRY_REGION} declares no envelope")
+    envelope = region.envelope.shape[region.clock_axis]
+    grows = binding.capacity - binding.prompt_frames  # retained + the largest call
+    per_token = binding.frames_per_token
+    return PromptLimits(
+        frames_per_token=per_token,
+        vocabulary=binding.vocab,
+        min_frames=per_token * binding.lookahead,
+        max_frames=envelope - grows,
+        envelope_frames=envelope,
+        retained=binding.carry.prompt,
+        call_frames=grows - binding.carry.prompt,
+    )
 
 
 class PromptError(ValueError):
@@ -85,24 +125,26 @@ class VoicePrompt:
         return int(self.mel.shape[1])
 
 
-def random_voice(frames: int, seed: int, device: str) -> VoicePrompt:
+def random_voice(frames: int, seed: int, device: str, family: str = "minicpmo45") -> VoicePrompt:
     """A seeded random voice of ``frames`` (even) mel frames: exercises the pipeline, not speech.
 
     Draws tokens, mel and x-vector in that order from ``manual_seed(seed + 1)`` (the values
     ``duplexcadence synth --voice-frames`` has always used), never from the global generator.
     """
     g = torch.Generator().manual_seed(seed + 1)
-    tokens = torch.randint(0, VOCAB, (1, frames // 2), generator=g, dtype=torch.int32)
+    limits = prompt_limits(family)
+    count = frames // limits.frames_per_token
+    tokens = torch.randint(0, limits.vocabulary, (1, count), generator=g, dtype=torch.int32)
     mel = torch.randn(1, frames, 80, generator=g)
     spk = torch.randn(1, SPK_DIM, generator=g)
     return VoicePrompt(tokens.to(device), mel.to(device), spk.to(device))
 
 
-def check_prompt_wav(wav: Path) -> float:
+def check_prompt_wav(wav: Path, family: str = "minicpmo45") -> float:
     """Fail early, before any model loads, on a recording we cannot use; returns its seconds.
 
     Reads only the header: the file must exist, be a sound file libsndfile reads, and last
-    between :data:`MIN_PROMPT_S` and the length whose tokens fill :data:`MAX_PROMPT_FRAMES`.
+    between :data:`MIN_PROMPT_S` and the length whose tokens fill ``family``'s envelope.
     """
     import soundfile
 
@@ -121,24 +163,29 @@ def check_prompt_wav(wav: Path) -> float:
             f"voice prompt {wav} lasts {seconds:.2f} s; record at least {MIN_PROMPT_S:.0f} s of "
             "the voice (the default voice is 6 s)"
         )
-    frames = UP_RATE * _tokens_for(_samples_at(info.frames, info.samplerate, TOKENIZER_RATE))
-    if frames > MAX_PROMPT_FRAMES:
+    limits = prompt_limits(family)
+    samples = _samples_at(info.frames, info.samplerate, TOKENIZER_RATE)
+    frames = limits.frames_per_token * _tokens_for(samples)
+    if frames > limits.max_frames:
         raise PromptError(
             f"voice prompt {wav} lasts {seconds:.2f} s, {frames} mel frames; cut it to at most "
-            f"{max_prompt_seconds():.2f} s ({MAX_PROMPT_FRAMES} frames: the stock cache envelope "
-            f"holds {ENVELOPE_FRAMES} = prompt + {RETAINED_FRAMES} retained + "
-            f"{UP_RATE * MAX_CALL_TOKENS} per call)"
+            f"{max_prompt_seconds(family):.2f} s ({limits.max_frames} frames: the stock cache "
+            f"envelope holds {limits.envelope_frames} = prompt + {limits.retained} retained + "
+            f"{limits.call_frames} per call)"
         )
     return seconds
 
 
-def max_prompt_seconds() -> float:
-    """The longest prompt whose tokens fit :data:`MAX_PROMPT_FRAMES` (16.88 s)."""
-    whisper_frames = MAX_PROMPT_FRAMES // UP_RATE * _FRAMES_PER_TOKEN
+def max_prompt_seconds(family: str = "minicpmo45") -> float:
+    """The longest prompt whose tokens fit ``family``'s envelope (16.88 s for MiniCPM-o)."""
+    limits = prompt_limits(family)
+    whisper_frames = limits.max_frames // limits.frames_per_token * _FRAMES_PER_TOKEN
     return whisper_frames * _HOP_16K / TOKENIZER_RATE
 
 
-def voice_from_wav(wav: Path, checkpoint: Path, device: str) -> VoicePrompt:
+def voice_from_wav(
+    wav: Path, checkpoint: Path, device: str, family: str = "minicpmo45"
+) -> VoicePrompt:
     """The voice of the recording ``wav``, with the checkpoint folder's tokenizer and speaker model.
 
     ``checkpoint`` must hold :data:`TOKENIZER_FILE` and :data:`SPEAKER_FILE` (the Token2Wav
@@ -147,38 +194,41 @@ def voice_from_wav(wav: Path, checkpoint: Path, device: str) -> VoicePrompt:
     unexpected model file.
     """
     wav, checkpoint = Path(wav), Path(checkpoint)
-    check_prompt_wav(wav)
+    check_prompt_wav(wav, family)
+    limits = prompt_limits(family)
     tokenizer, speaker = (_model_file(checkpoint, name) for name in (TOKENIZER_FILE, SPEAKER_FILE))
     channels, rate = _read(wav)
     audio16 = resample(channels, rate, TOKENIZER_RATE)[0]
-    tokens = speech_tokens(_session(tokenizer), whisper_log_mel(audio16), tokenizer)
+    tokens = speech_tokens(
+        _session(tokenizer), whisper_log_mel(audio16), tokenizer, limits.vocabulary
+    )
     fbank = kaldi_fbank(audio16)
     spk = speaker_embedding(_session(speaker), fbank - fbank.mean(dim=0, keepdim=True), speaker)
     audio24 = resample(channels.mean(dim=0, keepdim=True), rate, MEL_RATE)
-    mel = align_mel(prompt_mel(audio24).transpose(1, 2), tokens.shape[1])
+    frames = limits.frames_per_token * tokens.shape[1]
+    mel = align_mel(prompt_mel(audio24).transpose(1, 2), frames)
     voice = VoicePrompt(tokens.to(device), mel.to(device), spk.to(device))
-    if not UP_RATE * _MIN_TOKENS <= voice.frames <= MAX_PROMPT_FRAMES:
+    if not limits.min_frames <= voice.frames <= limits.max_frames:
         raise PromptError(
             f"voice prompt {wav} gave {voice.frames} mel frames; keep it between "
-            f"{MIN_PROMPT_S:.0f} s and {max_prompt_seconds():.2f} s"
+            f"{MIN_PROMPT_S:.0f} s and {max_prompt_seconds(family):.2f} s"
         )
     return voice
 
 
-def align_mel(mel: Tensor, tokens: int) -> Tensor:
-    """``mel (1, F, 80)`` cut or padded to exactly ``2 * tokens`` frames.
+def align_mel(mel: Tensor, target: int) -> Tensor:
+    """``mel (1, F, 80)`` cut or padded to exactly ``target`` frames (frames per token × tokens).
 
     The vendor's ``F.pad(mel, (0, 0, 0, 2n - F), mode="replicate")``: the last frame repeated
     when short (the usual case: a few frames), the tail dropped when long.
     """
-    target = UP_RATE * tokens
     if mel.shape[1] >= target:
         return mel[:, :target].contiguous()
     tail = mel[:, -1:].expand(-1, target - mel.shape[1], -1)
     return torch.cat([mel, tail], dim=1)
 
 
-def speech_tokens(session: Any, log_mel: Tensor, path: Path) -> Tensor:
+def speech_tokens(session: Any, log_mel: Tensor, path: Path, vocabulary: int) -> Tensor:
     """Run the speech tokenizer on ``log_mel (128, T)``; returns its codes ``(1, n)`` int32.
 
     Inputs as CosyVoice feeds them, by position: ``feats (1, 128, T)`` float32 and
@@ -195,9 +245,10 @@ def speech_tokens(session: Any, log_mel: Tensor, path: Path) -> Tensor:
     codes = np.asarray(session.run(None, {inputs[0].name: feats, inputs[1].name: length})[0])
     if codes.size == 0 or not np.issubdtype(codes.dtype, np.integer):
         raise CheckpointError(f"{path} returned {codes.dtype} {codes.shape}; expected codes")
-    if codes.min() < 0 or codes.max() >= VOCAB:
+    if codes.min() < 0 or codes.max() >= vocabulary:
         raise CheckpointError(
-            f"{path} returned codes outside 0..{VOCAB - 1}: the flow's vocabulary is {VOCAB}; "
+            f"{path} returned codes outside 0..{vocabulary - 1}: the flow's vocabulary is "
+            f"{vocabulary}; "
             f"use the {TOKENIZER_FILE} shipped with this checkpoint"
         )
     return torch.from_numpy(codes.reshape(1, -1).astype(np.int32))

@@ -17,11 +17,9 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor
 
-from adapters.token2wav.chunks import call_frames
 from adapters.token2wav.hift import HiFTGenerator, IstftMode
 from adapters.token2wav.stream import FlowStream
 from adapters.token2wav.vocoder_stream import (
-    MEL_CACHE_FRAMES,
     VocoderState,
     fade_window,
     vocode_chunk,
@@ -34,13 +32,21 @@ from engine.signature import Catalog, Signature, TensorSpec, contiguous_stride
 class SpeechStream:
     """``push(tokens, last_chunk) -> (1, samples)`` float32 PCM at 24 kHz; an ``ArmedStream``."""
 
-    def __init__(self, flow: FlowStream, hift: HiFTGenerator, engine: ReplayEngine) -> None:
-        self.flow, self.hift, self.engine = flow, hift, engine
+    def __init__(self, flow: FlowStream, hift: HiFTGenerator, replay: ReplayEngine) -> None:
+        self.flow, self.hift, self.replay = flow, hift, replay
         self.device = hift.stft_window.device
-        self.cache_samples = MEL_CACHE_FRAMES * hift.config.samples_per_frame
+        binding = flow.binding
+        if hift.config.samples_per_frame != binding.values["samples_per_frame"]:
+            raise ValueError(
+                f"the vocoder makes {hift.config.samples_per_frame} samples a frame, declaration "
+                f"{binding.declaration} states {binding.values['samples_per_frame']}: load the "
+                "vocoder its declaration states"
+            )
+        self.cache_frames = binding.values["hift_mel_cache"]
+        self.cache_samples = self.cache_frames * hift.config.samples_per_frame
         self.window = fade_window(self.cache_samples, self.device)
         self.state = VocoderState.initial(hift.config.in_channels, self.device)
-        self.op = engine.register(
+        self.op = replay.register(
             "hift_chunk", self._vocode, catalog=self._catalog(), aliased=(), copy_out=True
         )
         self._stage: Callable[[str], AbstractContextManager[None]] = _untimed
@@ -110,11 +116,14 @@ class SpeechStream:
     def _catalog(self) -> Catalog:
         """Every vocoder call the flow's classes produce, from and after a stream start."""
         n_mels, dev = self.hift.config.in_channels, self.device
-        frames = {(call_frames(c.tokens, c.last_chunk), c.last_chunk) for c in self.flow.classes}
+        binding = self.flow.binding
+        frames = {
+            (binding.call_frames(c.tokens, c.last_chunk), c.last_chunk) for c in binding.classes
+        }
         sigs = []
         for empty in (True, False):
             tails = (
-                TensorSpec((1, n_mels, 0 if empty else MEL_CACHE_FRAMES), _F32, dev),
+                TensorSpec((1, n_mels, 0 if empty else self.cache_frames), _F32, dev),
                 TensorSpec((1, 1, 0 if empty else self.cache_samples), _F32, dev),
                 TensorSpec((1, 0 if empty else self.cache_samples), _F32, dev),
             )

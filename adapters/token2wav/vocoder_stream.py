@@ -3,6 +3,8 @@
 The semantics are ``Token2wav.stream`` of PyPI ``minicpmo`` 0.1.2 (``stepaudio2/token2wav.py``;
 ``stepaudio2-minicpmo`` 0.1.1 is the same without the first-chunk silence). Per chunk:
 
+The cache is the declaration's ``hift_mel_cache`` (8) mel frames; with 480 samples a frame:
+
 1. prepend the cached last 8 mel frames to the new frames (the vocoder's receptive field);
 2. run HiFT with the cached 3840-sample source tail (8 frames × 480 samples) pasted over the start
    of the new source, so the excitation is continuous across the seam;
@@ -13,8 +15,8 @@ The semantics are ``Token2wav.stream`` of PyPI ``minicpmo`` 0.1.2 (``stepaudio2/
    the first chunk of a stream is left-padded with 3840 samples of silence instead of a fade, so
    every non-final chunk of ``f`` new frames yields exactly ``480·f`` samples.
 
-The state is an explicit :class:`VocoderState`, replaced (never mutated) by each call; the only
-mutable holder is :class:`VocoderStream`, a convenience for callers that want one.
+The state is an explicit :class:`VocoderState`, replaced (never mutated) by each call; its holder
+is :class:`~adapters.token2wav.speech.SpeechStream`.
 
 Exactness notes: the vendor's window is NumPy's float64 Hamming (torch's differs in the last bit),
 and the fade is computed in float64 by type promotion, then rounded to float32 on assignment; we
@@ -30,9 +32,6 @@ import torch
 from torch import Tensor
 
 from adapters.token2wav.hift import HiFTGenerator
-
-MEL_CACHE_FRAMES = 8
-"""Mel frames carried into the next call (160 ms at 50 Hz): the vocoder's left context."""
 
 
 @dataclass(frozen=True)
@@ -91,18 +90,20 @@ def vocode_chunk(
     """One streaming step: ``(speech (1, samples) float32, next state)``. Draws device randomness.
 
     ``chunk_mel`` is ``(1, n_mels, frames)`` float32 (the flow's new frames only); ``window`` is
-    :func:`fade_window` of the source cache length. A non-final chunk yields ``480 · frames``
+    :func:`fade_window` of the source cache, whose length (the cached mel frames × samples per
+    frame) sets what is carried. A non-final chunk yields ``480 · frames``
     samples; the last chunk also flushes the held-back tail. Start the next stream (or turn) from
     :meth:`VocoderState.initial`.
     """
     _check_chunk(chunk_mel, state)
     cache_samples = window.shape[0] // 2
+    cache_frames = cache_samples // hift.config.samples_per_frame
     mel = torch.cat([state.mel, chunk_mel], dim=2)
     speech, source = hift(mel, state.source)
     if not state.is_initial:
         speech = cross_fade(speech, state.speech, window)
     next_state = VocoderState(
-        mel=mel[..., -MEL_CACHE_FRAMES:].clone(),
+        mel=mel[..., -cache_frames:].clone(),
         source=source[:, :, -cache_samples:].clone(),
         speech=speech[:, -cache_samples:].clone(),
     )
@@ -125,23 +126,3 @@ def _check_chunk(chunk_mel: Tensor, state: VocoderState) -> None:
     assert chunk_mel.dtype == torch.float32, (
         f"chunk_mel is {chunk_mel.dtype}; the vocoder runs in float32: cast with .float()"
     )
-
-
-class VocoderStream:
-    """A :class:`VocoderState` holder: ``push`` chunks, ``reset`` at a turn boundary."""
-
-    def __init__(self, hift: HiFTGenerator) -> None:
-        self.hift = hift
-        self.device = hift.stft_window.device
-        cache_samples = MEL_CACHE_FRAMES * hift.config.samples_per_frame
-        self.window = fade_window(cache_samples, self.device)
-        self.state = VocoderState.initial(hift.config.in_channels, self.device)
-
-    def push(self, chunk_mel: Tensor, last_chunk: bool = False) -> Tensor:
-        """Vocode one chunk and advance the state; returns ``(1, samples)`` float32 speech."""
-        speech, self.state = vocode_chunk(self.hift, self.state, chunk_mel, self.window, last_chunk)
-        return speech
-
-    def reset(self) -> None:
-        """Back to the initial state (empty tails): the next chunk starts a new stream."""
-        self.state = VocoderState.initial(self.hift.config.in_channels, self.device)

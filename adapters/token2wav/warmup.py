@@ -27,7 +27,12 @@ def warmup_turn(
     """The calls of one turn: a full first window, ``steady`` windows, then the turn's end with
     the lookahead alone (a barge-in's last call), as the loop's windower makes them; tokens are
     seeded random below ``vocab``."""
-    w = TokenWindower(windower.stride, windower.lookahead, windower.flush_min, windower.max_call)
+    w = TokenWindower(
+        stride=windower.stride,
+        lookahead=windower.lookahead,
+        flush_min=windower.flush_min,
+        max_call=windower.max_call,
+    )
     g = torch.Generator().manual_seed(seed)
 
     def tokens(n: int) -> Tensor:
@@ -42,7 +47,7 @@ def warmup_turn(
 def warm_up(
     stream: SpeechStream,
     windower: TokenWindower,
-    engine: ReplayEngine,
+    replay: ReplayEngine,
     *,
     steady_to_bound: int,
     vocab: int,
@@ -76,10 +81,10 @@ def warm_up(
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     if stream.arm.replay:
-        engine.seal()
-    totals = engine.snapshot()["total"]
-    events = engine.drain_events()
-    engine.reset_counters()
+        replay.seal()
+    totals = replay.snapshot()["total"]
+    events = replay.drain_events()
+    replay.reset_counters()
     return {
         "arm": str(stream.arm),
         "calls": len(calls),

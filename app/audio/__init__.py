@@ -17,11 +17,11 @@ from app.audio.devices import (
     match_device,
     refresh_devices,
 )
-from app.audio.echo import EchoCanceller, cancel_playback_echo, echo_available
+from app.audio.echo import EchoCanceller, echo_available
 from app.audio.jitter import JitterBuffer
 from app.audio.rings import SILENCE_DBFS, Ring, peak_dbfs
 from app.audio.sink import DeviceSink
-from app.audio.source import DeviceSource
+from app.audio.source import DeviceSource, cancel_playback_echo
 
 __all__ = [
     "SILENCE_DBFS",

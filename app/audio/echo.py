@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import numpy as np
 import soxr
 
 from app.audio.devices import AudioError
 from app.audio.rings import Ring
-from app.audio.sink import DeviceSink
-from app.audio.source import DeviceSource
-
-if TYPE_CHECKING:
-    from app.periods import PeriodSink, PeriodSource
 
 INSTALL_HINT = (
     "echo cancellation needs the optional package pywebrtc-audio: pip install pywebrtc-audio "
@@ -45,18 +39,6 @@ def echo_available() -> bool:
         _webrtc()
     except AudioError:
         return False
-    return True
-
-
-def cancel_playback_echo(source: PeriodSource, sink: PeriodSink) -> bool:
-    """Cancel ``sink``'s playback from ``source`` when both are devices; whether it did.
-
-    A file on either end has no acoustic path between them, so there is nothing to cancel.
-    Both devices must be started; AudioError naming the fix when pywebrtc-audio is absent.
-    """
-    if not (isinstance(source, DeviceSource) and isinstance(sink, DeviceSink)):
-        return False
-    source.enable_echo_cancel(sink)
     return True
 
 

@@ -17,12 +17,13 @@ import numpy as np
 import soxr
 
 from app.audio.devices import AudioError
+from app.audio.echo import EchoCanceller
 from app.audio.rings import Ring
+from app.audio.sink import DeviceSink
 from app.audio.stream import DeviceStream
 
 if TYPE_CHECKING:
-    from app.audio.echo import EchoCanceller
-    from app.audio.sink import DeviceSink
+    from app.periods import PeriodSink, PeriodSource
 
 
 class DeviceSource(DeviceStream):
@@ -98,8 +99,6 @@ class DeviceSource(DeviceStream):
         Both streams must be started. AudioError naming ``pip install pywebrtc-audio`` when the
         package is absent. Call again after reopening either device.
         """
-        from app.audio.echo import EchoCanceller
-
         if self.stats.rate == 0 or sink.stats.rate == 0:
             raise AudioError("enable_echo_cancel: start() the source and the sink first")
         if delay_ms is None:  # PortAudio's estimate of the echo path: output + input latency
@@ -169,3 +168,15 @@ class DeviceSource(DeviceStream):
         """Seconds of microphone audio waiting for the engine (its input latency). Any thread."""
         rate = self.stats.rate or 1.0
         return self._ring.available / rate + self._pending.available / self.out_rate
+
+
+def cancel_playback_echo(source: PeriodSource, sink: PeriodSink) -> bool:
+    """Cancel ``sink``'s playback from ``source`` when both are devices; whether it did.
+
+    A file on either end has no acoustic path between them, so there is nothing to cancel.
+    Both devices must be started; AudioError naming the fix when pywebrtc-audio is absent.
+    """
+    if not (isinstance(source, DeviceSource) and isinstance(sink, DeviceSink)):
+        return False
+    source.enable_echo_cancel(sink)
+    return True

@@ -1,6 +1,6 @@
 """The DuplexCadence desktop app (PySide6 + pyqtgraph), one folder per feature.
 
-    engine/    the engine thread (owns the session and every torch/CUDA call), what crosses from it
+    worker/    the worker thread (owns the session and every torch/CUDA call), what crosses from it
     meters/    painted level meters with peak hold
     live/      the live panel: cadence, replay, captures, memory, stages per period
     settings/  the settings dialog, validated off the GUI thread

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.gui.engine.routes import AudioRoute
+from app.gui.worker.routes import AudioRoute
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QApplication

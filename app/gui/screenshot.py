@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from app.gui.engine.routes import AudioRoute
     from app.gui.launch import create_application
     from app.gui.window.main_window import MainWindow
+    from app.gui.worker.routes import AudioRoute
     from app.settings import Settings, save_settings
 
     with tempfile.TemporaryDirectory(prefix="dc-shot-") as folder:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adapters.token2wav.binding import call_classes
 from adapters.token2wav.checkpoint import load_token2wav
-from adapters.token2wav.stream import FlowStream
 from engine.arms import ARMS, Arm
 from engine.replay import ReplayEngine
 from tests.gpu_results import record
-from tests.token2wav_small import random_voice, token_calls
+from tests.token2wav_small import make_stream, random_voice, token_calls
 
 pytestmark = pytest.mark.gpu
 
@@ -38,17 +36,9 @@ def flow():
 )
 def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, pattern) -> None:
     voice = random_voice(prompt_tokens, seed=prompt_tokens, device="cuda")
-    classes = call_classes(declaration, voice.frames)
     calls = token_calls(pattern, seed=5, device="cuda")
-    eager = FlowStream(
-        flow,
-        voice.tokens,
-        voice.mel,
-        voice.spk,
-        arm=Arm.EAGER,
-        engine=ReplayEngine("cuda", enabled=False),
-        classes=classes,
-    )
+    off = ReplayEngine("cuda", enabled=False)
+    eager = make_stream(flow, voice, Arm.EAGER, off, n_steps=10, family=declaration)
     reference = []
     for tokens, last in calls:
         if tokens is None:
@@ -56,10 +46,8 @@ def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, patt
         else:
             reference.append((eager.chunk(tokens, last), eager.stock_state()))
     for arm in ARMS[1:]:
-        engine = ReplayEngine("cuda")
-        stream = FlowStream(
-            flow, voice.tokens, voice.mel, voice.spk, arm=arm, engine=engine, classes=classes
-        )
+        replay = ReplayEngine("cuda")
+        stream = make_stream(flow, voice, arm, replay, n_steps=10, family=declaration)
         exact, outputs = 0, iter(reference)
         for tokens, last in calls:
             if tokens is None:
@@ -69,7 +57,7 @@ def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, patt
             exact += torch.equal(mel, stream.chunk(tokens, last)) and all(
                 torch.equal(state[k], v) for k, v in stream.stock_state().items()
             )
-        total = engine.snapshot()["total"]
+        total = replay.snapshot()["total"]
         record(
             f"token2wav_arms[{declaration}-P{voice.frames}-{arm}]",
             calls=len(reference),
@@ -82,5 +70,5 @@ def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, patt
         assert exact == len(reference), f"{arm}: {len(reference) - exact} calls differ"
         if arm.replay:
             assert total["hits"] > 0 and total["invalidations"] == 0, (arm, total)
-        del stream, engine
+        del stream, replay
         torch.cuda.empty_cache()

@@ -69,8 +69,8 @@ def make_window(
     gui_app: object, qtbot: object, settings_file: Path, tmp_path: Path, talk_wav: Path
 ) -> Iterator[object]:
     """Build a MainWindow fed by ``talk_wav`` (unpaced unless ``realtime``), recording only."""
-    from app.gui.engine.routes import AudioRoute
     from app.gui.window.main_window import MainWindow
+    from app.gui.worker.routes import AudioRoute
 
     windows: list[MainWindow] = []
 

@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from pytestqt.qtbot import QtBot
 
-from app.gui.engine.feed import PeriodView
 from app.gui.live.panel import LivePanel
+from app.gui.worker.feed import PeriodView
 
 pytestmark = pytest.mark.gui
 

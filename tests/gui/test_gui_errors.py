@@ -11,8 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.audio.devices import AudioError
-from app.gui.engine.routes import AudioRoute
-from app.gui.engine.worker import describe_error
+from app.gui.worker.routes import AudioRoute
+from app.gui.worker.worker import describe_error
 from app.settings import save_settings
 from tests.gui.conftest import small_cpu_settings
 
@@ -33,7 +33,7 @@ def test_no_microphone_is_said_before_loading_in_the_windows_words(
             "the virtual device"
         )
 
-    monkeypatch.setattr("app.gui.engine.preflight.find_device", no_device)
+    monkeypatch.setattr("app.gui.worker.preflight.find_device", no_device)
     window = make_window()
     window.route = AudioRoute(input_wav=None, output="none")
     stages: list[str] = []

@@ -75,7 +75,7 @@ from pathlib import Path
 from app.gui.launch import create_application
 app = create_application([])
 from app.gui.window.main_window import MainWindow
-from app.gui.engine.routes import AudioRoute
+from app.gui.worker.routes import AudioRoute
 window = MainWindow(settings_file=Path(sys.argv[1]), route=AudioRoute(output="none"),
                     sessions_dir=Path(sys.argv[2]))
 window.show()

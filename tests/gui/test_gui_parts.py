@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from app.audio.rings import SILENCE_DBFS, peak_dbfs
-from app.gui.engine.feed import Feed, PeriodView, stage_ms
-from app.gui.engine.levels import EnvelopeLevel
-from app.gui.engine.recorder import AudioRecorder
 from app.gui.export.writers import ExportError, ExportKind, export_session
 from app.gui.live.plots import nice_ceiling, nice_range
 from app.gui.meters.ballistics import Ballistics
+from app.gui.worker.feed import Feed, PeriodView, stage_ms
+from app.gui.worker.levels import EnvelopeLevel
+from app.gui.worker.recorder import AudioRecorder
 
 
 def test_ballistics_attack_at_once_hold_then_decay() -> None:
@@ -88,7 +88,7 @@ def test_export_refuses_with_the_fix_and_leaves_no_partial_files(tmp_path: Path)
 
 
 def test_the_microphone_meter_shows_what_the_model_hears() -> None:
-    from app.gui.engine.levels import HeardLevel
+    from app.gui.worker.levels import HeardLevel
 
     class Device:
         def level_db(self) -> float:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.gui.engine.transcript import Transcript, transcript_path
 from app.gui.export.writers import ExportKind
+from app.gui.worker.transcript import Transcript, transcript_path
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow

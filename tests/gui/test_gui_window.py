@@ -114,9 +114,9 @@ def test_space_is_push_to_talk_and_never_presses_the_focused_button(
 
 
 def test_summary_card_shows_audit_mode_verdict(qtbot: QtBot) -> None:
-    from app.gui.engine.feed import PeriodView
     from app.gui.live.history import History
     from app.gui.live.summary import SummaryCard
+    from app.gui.worker.feed import PeriodView
 
     card = SummaryCard(window=300)
     qtbot.addWidget(card)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.gui.engine.response import ResponseClock
+from app.gui.worker.response import ResponseClock
 from engine.arms import Arm
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ import os
 import pytest
 import torch
 
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.config import EncoderConfig
 from adapters.token2wav.encoder import UpsampleConformerEncoderV2
 from adapters.token2wav.stock import trim_conformer_cache
@@ -66,6 +67,7 @@ def _stream(device: str, prompt_tokens: int, config: EncoderConfig) -> None:
 
     prompt_frames = 2 * prompt_tokens
     depth = len(ours.encoders)
+    retention = bind_flow("minicpmo45", prompt_frames).conformer  # H[:P] ‖ H[-100:] per rate
     with torch.inference_mode():
         prompt = inputs(prompt_tokens + 3)
         base_ours = ours.forward_chunk(prompt, False, None, None)
@@ -80,8 +82,8 @@ def _stream(device: str, prompt_tokens: int, config: EncoderConfig) -> None:
                 out_t = theirs.forward_chunk(xs, last, cnn_t, att_t)
                 _assert_equal(out_o, out_t, f"turn {turn} call {index}")
                 cnn_o, cnn_t = out_o[1], out_t[1]
-                att_o = trim_conformer_cache(out_o[2], prompt_frames, depth)
-                att_t = trim_conformer_cache(out_t[2], prompt_frames, depth)
+                att_o = trim_conformer_cache(out_o[2], retention, depth)
+                att_t = trim_conformer_cache(out_t[2], retention, depth)
 
 
 def _assert_equal(

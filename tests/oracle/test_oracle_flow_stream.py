@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import build_flow, load_token2wav
 from adapters.token2wav.config import CFMConfig, DiTConfig, EncoderConfig, FlowConfig
 from adapters.token2wav.flow import CACHE_KEYS, CausalMaskedDiffWithXvec
@@ -83,7 +84,8 @@ def _stream(
     prompt = tokens(prompt_tokens)
     prompt_mel = torch.randn(1, 2 * prompt_tokens, 80, generator=generator).to(device)
     spk = torch.randn(1, 192, generator=generator).to(device)
-    ours = StockStream(ours_flow, prompt, prompt_mel, spk, n_timesteps=n_timesteps)
+    binding = bind_flow("minicpmo45", prompt_mel.shape[1], n_timesteps)
+    ours = StockStream(ours_flow, prompt, prompt_mel, spk, binding=binding)
     with torch.inference_mode():
         prompt_state = theirs_flow.setup_cache(
             torch.cat([prompt, prompt[:, :3]], dim=1), prompt_mel, spk, n_timesteps=n_timesteps
@@ -183,7 +185,7 @@ def _small_stream(flow: CausalMaskedDiffWithXvec, seed: int) -> StockStream:
     prompt = torch.randint(0, 6561, (1, 10), generator=generator)
     mel = torch.randn(1, 20, 80, generator=generator)
     spk = torch.randn(1, 192, generator=generator)
-    return StockStream(flow, prompt, mel, spk, n_timesteps=2)
+    return StockStream(flow, prompt, mel, spk, binding=bind_flow("minicpmo45", 20, 2))
 
 
 def test_paused_stream_survives_other_streams_on_the_same_module(

@@ -12,10 +12,10 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QStandardPaths, Signal
 from PySide6.QtWidgets import QWidget
 
-from app.gui.engine.controller import EngineController
 from app.gui.export.dialog import ExportDialog
 from app.gui.export.job import ExportJob, start_export
 from app.gui.export.writers import ExportKind
+from app.gui.worker.controller import EngineController
 
 __all__ = ["ExportFlow"]
 

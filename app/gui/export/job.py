@@ -13,9 +13,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
-from app.gui.engine.recorder import AudioRecorder
-from app.gui.engine.transcript import Transcript
 from app.gui.export.writers import ExportKind, export_session
+from app.gui.worker.recorder import AudioRecorder
+from app.gui.worker.transcript import Transcript
 
 __all__ = ["ExportJob", "start_export"]
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from app.gui.engine.recorder import ChannelSnapshot
+from app.gui.worker.recorder import ChannelSnapshot
 from app.periods import write_wav
 from engine.files import atomic_write
 

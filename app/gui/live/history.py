@@ -1,6 +1,6 @@
 """The live panel's memory of recent periods, as arrays ready to plot. No Qt.
 
-Keeps the last ``maxlen`` :class:`~app.gui.engine.feed.PeriodView` (one hour at 1 s periods)
+Keeps the last ``maxlen`` :class:`~app.gui.worker.feed.PeriodView` (one hour at 1 s periods)
 plus running totals, and answers the panel's questions: the series over a time window, the
 cadence percentiles (``engine.cadence.CadenceStats``), the miss reasons and stages ever seen
 (so a legend does not flicker), and where the arm switched.
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from app.gui.engine.feed import STAGES, PeriodView
+from app.gui.worker.feed import STAGES, PeriodView
 from engine.cadence import CadenceStats
 
 __all__ = ["History"]

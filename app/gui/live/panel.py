@@ -23,7 +23,6 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QLabel, QStackedWidget, QVBoxLayout, QWidget
 
 from app.gui import theme
-from app.gui.engine.feed import PeriodView
 from app.gui.live.history import History
 from app.gui.live.plots import (
     DASHES,
@@ -39,6 +38,7 @@ from app.gui.live.plots import (
 )
 from app.gui.live.summary import SummaryCard
 from app.gui.words import reason_words
+from app.gui.worker.feed import PeriodView
 
 __all__ = ["LivePanel"]
 

@@ -16,12 +16,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.a11y import explain
-from app.gui.engine.controls import GAIN_RANGE_DB, VOLUME_RANGE_DB
-from app.gui.engine.transcript import Transcript
 from app.gui.meters.clip_lamp import ClipLamp
 from app.gui.meters.level_meter import LevelMeter
 from app.gui.theme import card_title
 from app.gui.window.state_indicator import StateIndicator
+from app.gui.worker.controls import GAIN_RANGE_DB, VOLUME_RANGE_DB
+from app.gui.worker.transcript import Transcript
 
 __all__ = ["ConversationCard", "SessionCard", "TranscriptCard"]
 

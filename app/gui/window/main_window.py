@@ -30,9 +30,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.collector import GuiThreadCollector
-from app.gui.engine.controller import EngineController, EngineState
-from app.gui.engine.routes import AudioRoute
-from app.gui.engine.worker import SessionInfo
 from app.gui.export.dialog import ExportDialog
 from app.gui.export.flow import ExportFlow
 from app.gui.live.panel import LivePanel
@@ -43,6 +40,9 @@ from app.gui.window.cards import ConversationCard, SessionCard, TranscriptCard
 from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
 from app.gui.words import ABOUT_HTML, CPU_NOTE
+from app.gui.worker.controller import EngineController, EngineState
+from app.gui.worker.routes import AudioRoute
+from app.gui.worker.worker import SessionInfo
 from app.settings import Settings, SettingsError, load_settings, save_settings, settings_path
 from engine.arms import Arm
 

@@ -7,11 +7,11 @@ imports ``app.session`` (and through it torch), and it does so inside :meth:`Eng
 
 What crosses threads, and how:
     * progress, ready, failure and end: Qt signals (queued to the GUI thread);
-    * per-period records: :class:`~app.gui.engine.feed.Feed` (a locked deque the GUI drains);
-    * audio for export: :class:`~app.gui.engine.recorder.AudioRecorder` (locked, snapshotted);
-    * meter levels: the readers of :class:`~app.gui.engine.routes.OpenedAudio` (floats);
-    * volume, mute and microphone gain: :class:`~app.gui.engine.controls.AudioControls`, read
-      once per period; clip counts back as :class:`~app.gui.engine.clip.ClipCounts`;
+    * per-period records: :class:`~app.gui.worker.feed.Feed` (a locked deque the GUI drains);
+    * audio for export: :class:`~app.gui.worker.recorder.AudioRecorder` (locked, snapshotted);
+    * meter levels: the readers of :class:`~app.gui.worker.routes.OpenedAudio` (floats);
+    * volume, mute and microphone gain: :class:`~app.gui.worker.controls.AudioControls`, read
+      once per period; clip counts back as :class:`~app.gui.worker.clip.ClipCounts`;
     * stop, arm and push-to-talk requests from the GUI: a ``threading.Event`` and the session's
       own any-thread methods (``request_arm``, ``set_push_to_talk``).
 A stop takes effect at the end of the period in flight (at most one native period).
@@ -30,15 +30,15 @@ import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
 from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
-from app.gui.engine.clip import ClipCounts
-from app.gui.engine.controls import AudioControls
-from app.gui.engine.feed import Feed, PeriodView
-from app.gui.engine.levels import HeardLevel, LevelReader
-from app.gui.engine.preflight import StartError, check_before_loading
-from app.gui.engine.recorder import AudioRecorder
-from app.gui.engine.response import ResponseClock
-from app.gui.engine.routes import AudioRoute, OpenedAudio, open_audio
-from app.gui.engine.transcript import Transcript, transcript_path
+from app.gui.worker.clip import ClipCounts
+from app.gui.worker.controls import AudioControls
+from app.gui.worker.feed import Feed, PeriodView
+from app.gui.worker.levels import HeardLevel, LevelReader
+from app.gui.worker.preflight import StartError, check_before_loading
+from app.gui.worker.recorder import AudioRecorder
+from app.gui.worker.response import ResponseClock
+from app.gui.worker.routes import AudioRoute, OpenedAudio, open_audio
+from app.gui.worker.transcript import Transcript, transcript_path
 from app.heap import freeze_heap
 from app.settings import Settings
 from engine.arms import Arm

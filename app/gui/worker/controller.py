@@ -1,7 +1,7 @@
 """The GUI thread's handle on conversations: start, stop, steer, and what the last one left.
 
 One :class:`EngineController` lives in the window. ``start`` spawns an
-:class:`~app.gui.engine.worker.EngineThread`; the controller forwards its signals, tracks the
+:class:`~app.gui.worker.worker.EngineThread`; the controller forwards its signals, tracks the
 state (idle → loading → running → stopping → idle) and keeps the finished session's trace and
 recorder so an export still works after Stop. It never calls into torch or a ring itself.
 """
@@ -15,13 +15,13 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.audio.rings import SILENCE_DBFS
-from app.gui.engine.clip import ClipCounts
-from app.gui.engine.controls import AudioControls
-from app.gui.engine.feed import Feed
-from app.gui.engine.recorder import AudioRecorder
-from app.gui.engine.routes import AudioRoute
-from app.gui.engine.transcript import Transcript
-from app.gui.engine.worker import EngineThread, SessionInfo
+from app.gui.worker.clip import ClipCounts
+from app.gui.worker.controls import AudioControls
+from app.gui.worker.feed import Feed
+from app.gui.worker.recorder import AudioRecorder
+from app.gui.worker.routes import AudioRoute
+from app.gui.worker.transcript import Transcript
+from app.gui.worker.worker import EngineThread, SessionInfo
 from app.heap import settle_heap
 from app.settings import Settings
 from engine.arms import Arm

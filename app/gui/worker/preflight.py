@@ -15,7 +15,7 @@ from app.audio.devices import AudioError, Kind, find_device
 from app.settings import Settings, SettingsError, check_settings
 
 if TYPE_CHECKING:
-    from app.gui.engine.routes import AudioRoute
+    from app.gui.worker.routes import AudioRoute
 
 __all__ = ["StartError", "check_before_loading", "device_error", "device_problem"]
 

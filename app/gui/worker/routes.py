@@ -15,8 +15,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from app.gui.engine.levels import AttributeLevel, EnvelopeLevel, LevelReader
-from app.gui.engine.preflight import device_error
+from app.gui.worker.levels import AttributeLevel, EnvelopeLevel, LevelReader
+from app.gui.worker.preflight import device_error
 from app.periods import PeriodSink, PeriodSource, WavSource
 from app.settings import Settings
 

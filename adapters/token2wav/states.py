@@ -1,0 +1,153 @@
+"""The flow stream's state under the two disciplines, behind one small protocol.
+
+:class:`FlowState` is what the stream asks of a state: a turn ``reset``, the state in the stock
+representation (``stock_state``) and ``load``, taking such a state over by value, so an arm switch
+between the disciplines is ``new.load(old.stock_state())``. Two implementations:
+
+* :class:`~adapters.token2wav.stock.StockStream` — the stock state: fresh tensors per call, the
+  estimator caches in the static envelope's 16 slots (the vendor's path);
+* :class:`RuleState` — the state rule: the estimator attention caches in a
+  :class:`~engine.carry.Carry` of ``n_steps`` slots sized to the plan's bound, the conv caches in a
+  region of ``n_steps`` slots, both at one address for the whole stream, turn resets included. The
+  conformer caches (tens of MB) keep the stock form.
+
+The carry is written only through :attr:`RuleState.writer`: the bare carry, or the audited
+wrapper (:func:`engine.audit.audited`) in audit mode, so the audit on/off decision is made once.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from adapters.token2wav.binding import CARRY_REGION, FlowBinding
+from adapters.token2wav.cfm import ENVELOPE_STEPS, CausalConditionalCFM
+from adapters.token2wav.chunks import carry_setup, envelope_free_state, pad_slots
+from adapters.token2wav.dit import CFG_BATCH
+from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
+from adapters.token2wav.stock import StockStream
+from engine.audit import AuditedCarry, Auditor, CarryLike, audited
+from engine.carry import Carry
+
+STOCK_KEYS = (
+    "conformer_cnn_cache",
+    "conformer_att_cache",
+    "estimator_cnn_cache",
+    "estimator_att_cache",
+)
+CONFORMER_KEYS = STOCK_KEYS[:2]
+
+
+class FlowState(Protocol):
+    """A flow stream's state under one discipline, convertible by value to and from the stock
+    representation (16 envelope slots for the estimator caches)."""
+
+    def reset(self) -> None:
+        """Turn reset: back to the prompt-only state."""
+
+    def stock_state(self) -> FlowCache:
+        """The state in the stock representation."""
+        ...
+
+    def load(self, state: FlowCache) -> None:
+        """Take over ``state`` (stock representation) by value."""
+
+
+class RuleState:
+    """The state rule's regions: the estimator attention carry, the conv region, the conformer.
+
+    ``carry`` is the bare :class:`~engine.carry.Carry` (its address, counters and buffer);
+    ``writer`` is what every write goes through; ``cnn`` the conv region.
+    """
+
+    def __init__(self, carry: Carry, cnn_base: Tensor, conformer: FlowCache) -> None:
+        self.carry = carry
+        self.writer: CarryLike = carry
+        self._cnn_base, self.cnn = cnn_base, cnn_base.clone()
+        self._prompt_conformer = dict(conformer)
+        self.conformer: FlowCache = dict(conformer)
+
+    @classmethod
+    def build(
+        cls,
+        flow: CausalMaskedDiffWithXvec,
+        prompt_tokens: Tensor,
+        prompt_mel: Tensor,
+        spk: Tensor,
+        binding: FlowBinding,
+        stock: StockStream | None,
+    ) -> RuleState:
+        """The prompt-only state in its regions: cut from the stock set-up when there is one,
+        else computed straight into the regions (a flow loaded without the stock envelope)."""
+        n_steps = binding.n_steps
+        if stock is not None:
+            att, cnn = (t.clone() for t in envelope_free_state(stock.state, n_steps))
+            conformer = _conformer(stock.state)
+        else:
+            cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
+            dit, like = cfm.estimator, prompt_mel
+            att_shape = (n_steps, *dit.att_cache_shape(CFG_BATCH, binding.prompt_frames))
+            att = torch.empty(att_shape, dtype=like.dtype, device=like.device)
+            cnn_shape = (n_steps, *dit.cnn_cache_shape(CFG_BATCH))
+            cnn = torch.empty(cnn_shape, dtype=like.dtype, device=like.device)
+            lookahead = prompt_tokens[:, : binding.lookahead]
+            with torch.no_grad():
+                tokens = torch.cat([prompt_tokens, lookahead], dim=1)
+                conformer = carry_setup(flow, spk, tokens, prompt_mel, att, cnn)
+        rule = binding.carry
+        carry = Carry(
+            att,
+            dim=rule.dim,
+            prompt=rule.prompt,
+            history=rule.history,
+            order=rule.order,
+            capacity=binding.capacity,
+        )
+        return cls(carry, cnn, conformer)
+
+    @property
+    def auditor(self) -> Auditor | None:
+        """The auditor the carry's writes go through, or None (audit off)."""
+        return self.writer.auditor if isinstance(self.writer, AuditedCarry) else None
+
+    def audit(self, auditor: Auditor | None) -> None:
+        """Write the carry through ``auditor`` from now on (None or disabled: the bare carry)."""
+        self.writer = audited(self.carry, CARRY_REGION, auditor)
+
+    def reset(self) -> None:
+        self.writer.reset()
+        self.cnn.copy_(self._cnn_base)
+        self.conformer = dict(self._prompt_conformer)
+
+    def stock_state(self) -> FlowCache:
+        return {
+            **self.conformer,
+            "estimator_cnn_cache": pad_slots(self.cnn, ENVELOPE_STEPS),
+            "estimator_att_cache": pad_slots(self.carry.view(), ENVELOPE_STEPS),
+        }
+
+    def load(self, state: FlowCache) -> None:
+        """Within the bound: the stock caches are kept whole, written in place."""
+        att, cnn = envelope_free_state(state, self.cnn.shape[0])  # its n_steps live slots
+        self.writer.retain(att)
+        self.cnn.copy_(cnn)
+        self.conformer = _conformer(state)
+
+    def settle(self, extent: int, conformer: FlowCache) -> None:
+        """After a call wrote ``extent`` frames through the carry: retention, in place."""
+        self.writer.settle(extent)
+        self.conformer = conformer
+
+    def prompt_shapes(self) -> FlowCache:
+        """Tensors shaped as the stock state at the prompt (envelope slots included)."""
+        return {
+            **self._prompt_conformer,
+            "estimator_cnn_cache": pad_slots(self._cnn_base, ENVELOPE_STEPS),
+            "estimator_att_cache": pad_slots(self.carry.base, ENVELOPE_STEPS),
+        }
+
+
+def _conformer(state: FlowCache) -> FlowCache:
+    return {key: state[key] for key in CONFORMER_KEYS}
