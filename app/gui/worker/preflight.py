@@ -9,13 +9,9 @@ The same wording serves devices that fail to open after the build (:func:`device
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from app.audio.devices import AudioError, Kind, find_device
 from app.settings import Settings, SettingsError, check_settings
-
-if TYPE_CHECKING:
-    from app.gui.worker.routes import AudioRoute
 
 __all__ = ["StartError", "check_before_loading", "device_error", "device_problem"]
 
@@ -58,19 +54,19 @@ def _check_device(kind: Kind, name: str | None, host_api: str | None) -> None:
         raise device_error(kind, name, error) from None
 
 
-def check_before_loading(settings: Settings, route: AudioRoute) -> None:
+def check_before_loading(settings: Settings, input_wav: Path | None, speaker: bool) -> None:
     """Raise :class:`StartError` naming the fix when the settings or the audio route cannot
-    work: a checkpoint that is missing or damaged, no such microphone or speaker, an
-    unreadable WAV."""
+    work: a checkpoint that is missing or damaged, no such microphone or speaker (``speaker``:
+    the route plays on the output device), an unreadable WAV (``input_wav``: the microphone)."""
     try:
         check_settings(settings)
     except SettingsError as error:
         raise StartError(f"Settings: {error}.") from None
-    if route.input_wav is not None:
-        _check_wav(route.input_wav)
+    if input_wav is not None:
+        _check_wav(input_wav)
     else:
         _check_device("input", settings.input_device, settings.host_api)
-    if route.output == "device":
+    if speaker:
         _check_device("output", settings.output_device, settings.host_api)
 
 

@@ -200,7 +200,7 @@ class EngineThread(QThread):
     def _build(self) -> Session | None:
         # Devices and the checkpoint first: a missing microphone is said in a second, not
         # after the model load.
-        check_before_loading(self._settings, self._route)
+        check_before_loading(self._settings, self._route.input_wav, self._route.output == "device")
         from app.session import build_session  # torch loads here, on this thread, never the GUI's
 
         # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as the
