@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from adapters.token2wav.dit import CFG_BATCH
-from engine.signature import Catalog, Signature, TensorSpec
+from engine.signature import Catalog, Signature, TensorSpec, contiguous_stride
 
 
 @dataclass(frozen=True)
@@ -31,19 +31,22 @@ class CallClass:
 class Catalogs:
     """Tensor signatures of the four operators for every call class, from shapes alone.
 
-    ``prompt_state`` is the prompt-only state in the stock form (envelope slots included);
-    ``carry_stride`` the carry buffer's strides; ``region`` the conv region; ``estimator_axis``
-    and ``conformer_axis`` the clock axes of the two attention caches (slot axis 0 is the solver
-    step); ``call_frames(tokens, last_chunk)`` the mel frames a call advances.
+    ``conformer`` holds the prompt-only conformer caches (dtype, device and shapes);
+    ``est_cnn``/``est_att`` the stock estimator caches' shapes at the prompt (envelope slots
+    first) and ``carry_shape`` the carry buffer's, all from the DiT's geometry, so no state is
+    made to read a shape; ``estimator_axis`` and ``conformer_axis`` the clock axes of the two
+    attention caches (slot axis 0 is the solver step); ``call_frames(tokens, last_chunk)`` the
+    mel frames a call advances.
     """
 
     def __init__(
         self,
         classes: tuple[CallClass, ...],
-        prompt_state: Mapping[str, Tensor],
+        conformer: Mapping[str, Tensor],
         *,
-        carry_stride: tuple[int, ...],
-        region: Tensor,
+        est_cnn: tuple[int, ...],
+        est_att: tuple[int, ...],
+        carry_shape: tuple[int, ...],
         n_steps: int,
         channels: int,
         estimator_axis: int,
@@ -51,14 +54,13 @@ class Catalogs:
         call_frames: Callable[[int, bool], int],
     ) -> None:
         self.classes = classes
-        att = prompt_state["estimator_att_cache"]
-        self.dtype, self.device = att.dtype, att.device
-        self.conf_cnn = tuple(prompt_state["conformer_cnn_cache"].shape)
-        self.conf_att = tuple(prompt_state["conformer_att_cache"].shape)
-        self.est_cnn = tuple(prompt_state["estimator_cnn_cache"].shape)
-        self.est_att = tuple(att.shape)
-        self.carry_stride = carry_stride
-        self.region = TensorSpec.like(region)
+        like = conformer["conformer_att_cache"]
+        self.dtype, self.device = like.dtype, like.device
+        self.conf_cnn = tuple(conformer["conformer_cnn_cache"].shape)
+        self.conf_att = tuple(like.shape)
+        self.est_cnn, self.est_att = est_cnn, est_att
+        self.carry_stride = contiguous_stride(carry_shape)
+        self.region = self.spec((n_steps, *est_cnn[1:]))
         self.n_steps, self.channels = n_steps, channels
         self.est_axis, self.conf_axis = estimator_axis, conformer_axis
         self._call_frames = call_frames

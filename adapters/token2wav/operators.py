@@ -8,22 +8,24 @@
 ========================  =====================================================================
 
 Each is registered with its catalog (:class:`~adapters.token2wav.catalogs.Catalogs`, from the
-binding's call classes and the prompt state's shapes) before traffic; the carry operators write
-the carry's buffer and the conv region through (``write_through``), at addresses fixed for the
-stream's life.
+binding's call classes and the DiT's geometry) before traffic; the carry operators write the
+carry's buffer and the conv region through (``write_through``), at addresses fixed for the
+stream's life from the moment the stream first runs a state-rule arm (``rule()`` makes them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from adapters.token2wav.binding import FlowBinding
 from adapters.token2wav.catalogs import Catalogs
-from adapters.token2wav.cfm import CausalConditionalCFM
+from adapters.token2wav.cfm import ENVELOPE_STEPS, CausalConditionalCFM
 from adapters.token2wav.chunks import StepFn, carry_chunk, carry_step, stock_chunk
-from adapters.token2wav.flow import CausalMaskedDiffWithXvec
+from adapters.token2wav.dit import CFG_BATCH, DiT
+from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.states import STOCK_KEYS, RuleState
 from engine.replay import ReplayEngine, ReplayOp
 
@@ -61,17 +63,22 @@ def register_flow_operators(
     flow: CausalMaskedDiffWithXvec,
     spk: Tensor,
     binding: FlowBinding,
-    rule: RuleState,
+    conformer: FlowCache,
+    rule: Callable[[], RuleState],
 ) -> FlowOperators:
-    """Register the four operators with their catalogs; ``rule`` holds the regions they alias."""
+    """Register the four operators with their catalogs; ``conformer`` is the prompt-only
+    conformer state (its shapes), ``rule()`` the regions the carry operators alias (made on
+    first use)."""
     cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
-    buffer, axis = rule.carry.buffer, binding.carry.dim
+    dit: DiT = cfm.estimator
+    axis, n, prompt = binding.carry.dim, binding.n_steps, binding.prompt_frames
     catalogs = Catalogs(
         binding.classes,
-        rule.prompt_shapes(),
-        carry_stride=buffer.stride(),
-        region=rule.cnn,
-        n_steps=binding.n_steps,
+        conformer,
+        est_cnn=(ENVELOPE_STEPS, *dit.cnn_cache_shape(CFG_BATCH)),
+        est_att=(ENVELOPE_STEPS, *dit.att_cache_shape(CFG_BATCH, prompt)),
+        carry_shape=(n, *dit.att_cache_shape(CFG_BATCH, binding.capacity)),
+        n_steps=n,
         channels=flow.encoder_proj.out_features,
         estimator_axis=axis,
         conformer_axis=binding.conformer.dim,
@@ -92,8 +99,9 @@ def register_flow_operators(
         region: Tensor,
         last_chunk: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        conformer = {"conformer_cnn_cache": conf_cnn, "conformer_att_cache": conf_att}
-        return carry_chunk(flow, spk, conformer, buffer, view, region, tokens, last_chunk, binding)
+        state = {"conformer_cnn_cache": conf_cnn, "conformer_att_cache": conf_att}
+        buffer = rule().carry.buffer
+        return carry_chunk(flow, spk, state, buffer, view, region, tokens, last_chunk, binding)
 
     def step_stock(*args: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return cfm.step(*args, resident=True)
@@ -109,9 +117,10 @@ def register_flow_operators(
         view: Tensor,
         region: Tensor,
     ) -> Tensor:
+        buffer = rule().carry.buffer
         return carry_step(cfm, buffer, view, region, axis)(k, x, t, dt, mu_in, spks_in, cond_in)
 
-    regions = lambda: (buffer, rule.cnn)  # noqa: E731
+    regions = lambda: (rule().carry.buffer, rule().cnn)  # noqa: E731
     register = replay.register
     return FlowOperators(
         chunk_stock=register("flow_chunk[stock]", chunk_stock, catalog=catalogs.chunk_stock()),

@@ -79,12 +79,14 @@ class RuleState:
         binding: FlowBinding,
         stock: StockStream | None,
     ) -> RuleState:
-        """The prompt-only state in its regions: cut from the stock set-up when there is one,
-        else computed straight into the regions (a flow loaded without the stock envelope)."""
+        """The prompt-only state in its regions: cut from the stock prompt state when there is
+        one (whenever the state rule is first needed), else computed straight into the regions
+        (a flow loaded without the stock envelope)."""
         n_steps = binding.n_steps
         if stock is not None:
-            att, cnn = (t.clone() for t in envelope_free_state(stock.state, n_steps))
-            conformer = _conformer(stock.state)
+            prompt = stock.prompt_state
+            att, cnn = (t.clone() for t in envelope_free_state(prompt, n_steps))
+            conformer = conformer_state(prompt)
         else:
             cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
             dit, like = cfm.estimator, prompt_mel
@@ -133,21 +135,14 @@ class RuleState:
         att, cnn = envelope_free_state(state, self.cnn.shape[0])  # its n_steps live slots
         self.writer.retain(att)
         self.cnn.copy_(cnn)
-        self.conformer = _conformer(state)
+        self.conformer = conformer_state(state)
 
     def settle(self, extent: int, conformer: FlowCache) -> None:
         """After a call wrote ``extent`` frames through the carry: retention, in place."""
         self.writer.settle(extent)
         self.conformer = conformer
 
-    def prompt_shapes(self) -> FlowCache:
-        """Tensors shaped as the stock state at the prompt (envelope slots included)."""
-        return {
-            **self._prompt_conformer,
-            "estimator_cnn_cache": pad_slots(self._cnn_base, ENVELOPE_STEPS),
-            "estimator_att_cache": pad_slots(self.carry.base, ENVELOPE_STEPS),
-        }
 
-
-def _conformer(state: FlowCache) -> FlowCache:
+def conformer_state(state: FlowCache) -> FlowCache:
+    """The conformer caches of a stock-form state."""
     return {key: state[key] for key in CONFORMER_KEYS}

@@ -90,8 +90,15 @@ class StockStream:
         self.state: FlowCache = {}
         self.reset()
 
+    @property
+    def prompt_state(self) -> FlowCache:
+        """The prompt-only state every turn starts from (read it, copy it: never write it)."""
+        return self._prompt_state
+
     def reset(self) -> None:
-        """Turn reset: back to a clone of the prompt-only state (the prompt state stays intact)."""
+        """Turn reset: back to a clone of the prompt-only state (the prompt state stays intact).
+        The old state is dropped first: never two whole states at once."""
+        self.state = {}
         self.state = {key: value.clone() for key, value in self._prompt_state.items()}
 
     def stock_state(self) -> FlowCache:
@@ -118,6 +125,10 @@ class StockStream:
             mel, cache = self.flow.inference_chunk(
                 tokens, self.spk, self.state, last_chunk, self.binding.n_steps
             )
+            # The previous state dies here, before the trims and copies allocate, as it does in
+            # the vendor's ``mel, self.stream_cache = inference_chunk(...)``: kept to the end of
+            # the call it would hold a second whole state (~800 MB at full size) at the peak.
+            self.state = cache
             cache["estimator_att_cache"] = self.binding.carry.apply(cache["estimator_att_cache"])
             cache["conformer_att_cache"] = trim_conformer_cache(
                 cache["conformer_att_cache"],

@@ -15,9 +15,12 @@ The state rule keeps the estimator's attention caches in a :class:`~engine.carry
 ``n_steps`` slots × ``A = P + retained + call`` frames (the plan's bound, instead of the stock
 16 × 1000 envelope) and its conv caches in a region of ``n_steps`` slots; both stay at one address
 for the whole stream, turn resets included, so replay *aliases* them (no staging copy, pointer
-checked). The stock state is fresh tensors every call, so replay must *stage* it (the replay-only
-memory penalty the paper measures). The two states are :mod:`adapters.token2wav.states`; the
-replayed operators :mod:`adapters.token2wav.operators`; every number comes from the binding
+checked). They are made when the stream first runs a state-rule arm (at construction, or at the
+first switch into one): a stream that runs only stock arms holds the stock state alone, as the
+vendor's does. The stock state is fresh tensors every call, so replay must *stage* it (the
+replay-only memory penalty the paper measures). The two states are
+:mod:`adapters.token2wav.states`; the replayed operators :mod:`adapters.token2wav.operators`;
+every number comes from the binding
 (:func:`adapters.token2wav.binding.bind_flow`: the declaration and its plan). Every arm equals
 ``eager`` bit for bit; a call the catalog does not list runs eagerly and is counted as a miss.
 
@@ -40,7 +43,7 @@ from adapters.token2wav.cfm import CausalConditionalCFM
 from adapters.token2wav.chunks import carry_chunk, stock_chunk
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.operators import FlowOperators, register_flow_operators
-from adapters.token2wav.states import STOCK_KEYS, FlowState, RuleState
+from adapters.token2wav.states import STOCK_KEYS, FlowState, RuleState, conformer_state
 from adapters.token2wav.stock import StockStream, check_binding, check_call
 from engine.arms import Arm, Granularity
 from engine.audit import Auditor
@@ -69,15 +72,32 @@ class FlowStream:
     ) -> None:
         check_binding(flow, prompt_mel, binding)
         self.flow, self.spk, self.binding, self.replay = flow, spk, binding, replay
+        self._prompt = (prompt_tokens, prompt_mel)
         self.stock: StockStream | None = None
+        self._rule: RuleState | None = None
+        self._auditor: Auditor | None = None
         cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
         if cfm.att_cache_buffer.shape[0] > 0:  # the stock envelope exists: stock arms can run
             self.stock = StockStream(flow, prompt_tokens, prompt_mel, spk, binding=binding)
-        self.rule = RuleState.build(flow, prompt_tokens, prompt_mel, spk, binding, self.stock)
-        self.ops: FlowOperators = register_flow_operators(replay, flow, spk, binding, self.rule)
-        self._arm = arm if arm.state_rule else Arm.S
+            conformer = conformer_state(self.stock.prompt_state)
+        else:  # state rule only: the prompt state is computed straight into its regions
+            conformer = self.rule.conformer
+        self.ops: FlowOperators = register_flow_operators(
+            replay, flow, spk, binding, conformer, lambda: self.rule
+        )
+        self._arm = arm
+        if arm.state_rule:  # made now: warm-up captures at the address the stream keeps
+            _ = self.rule
         self.reset()
-        self.set_arm(arm)
+
+    @property
+    def rule(self) -> RuleState:
+        """The state rule's regions: made on first use, then kept at one address."""
+        if self._rule is None:
+            tokens, mel = self._prompt
+            self._rule = RuleState.build(self.flow, tokens, mel, self.spk, self.binding, self.stock)
+            self._rule.audit(self._auditor)
+        return self._rule
 
     @property
     def carry(self) -> Carry:
@@ -93,7 +113,7 @@ class FlowStream:
 
     @property
     def auditor(self) -> Auditor | None:
-        return self.rule.auditor
+        return self._rule.auditor if self._rule is not None else self._auditor
 
     def set_auditor(self, auditor: Auditor | None, declared: RetentionRule | None = None) -> None:
         """Shadow every carry write from now on with ``auditor`` (None or disabled: audit off).
@@ -105,7 +125,9 @@ class FlowStream:
         """
         if auditor is not None and auditor.enabled and declared is not None:
             auditor.declare(CARRY_REGION, declared)
-        self.rule.audit(auditor)
+        self._auditor = auditor
+        if self._rule is not None:
+            self._rule.audit(auditor)
 
     # -- ArmedStream -------------------------------------------------------------------------
 
@@ -125,7 +147,8 @@ class FlowStream:
         """Turn reset: back to the prompt-only state, in place for the state rule."""
         if self.stock is not None:
             self.stock.reset()
-        self.rule.reset()
+        if self._rule is not None:
+            self._rule.reset()
 
     @torch.inference_mode()
     def chunk(self, tokens: Tensor, last_chunk: bool = False) -> Tensor:
