@@ -12,8 +12,10 @@ windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk
   with synchronize, p50/p95/p99, the paired ratio to eager with a 95% interval, and exactness
   (``torch.equal`` of every arm's mel against eager's);
 - memory: each arm in its own process (``--memory ARM``): peak allocated / reserved over the whole
-  session after the weights are loaded, the state held before streaming, capture time and bytes;
-  the state-rule arms load the flow without the stock envelope, as they would deploy;
+  session, the weights included (the peak is reset once they are loaded), the state held before
+  streaming, capture time and bytes; the state-rule arms load the flow without the stock
+  envelope, as they would deploy. The vendor's eager peer is measured in the same scope, and
+  every peak is also given as a fraction of eager's and of the vendor eager's;
 - the exact-replay floor: the summed GPU time of one eager chunk's kernels (profiler);
 - peers (``bench/token2wav_peers.py``, own process: the vendor import mutates dynamo settings),
   ``--peer-chunks`` steady chunks each, checked against the eager mels the latency phase saved
@@ -211,6 +213,25 @@ def memory(arm: Arm, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def peak_ratios(result: dict[str, Any]) -> None:
+    """Every arm's and peer's peak as a fraction of eager's and of the vendor eager's.
+
+    Both peaks have one scope: allocated bytes over the whole stream, the weights (with the stock
+    envelope) and the prompt set-up included, each in a process of its own.
+    """
+    vendor = result.get("peers", {}).get("vendor_eager", {}).get("peak_allocated_mib")
+    eager = result["arms"].get("eager", {}).get("peak_allocated_mib")
+    rows = [*result["arms"].values(), *result.get("peers", {}).values()]
+    for row in rows:
+        peak = row.get("peak_allocated_mib")
+        if peak is None:
+            continue
+        if eager:
+            row["peak_vs_eager"] = round(peak / eager, 3)
+        if vendor:
+            row["peak_vs_vendor_eager"] = round(peak / vendor, 3)
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """The operating point and stream shape shared by this script, its children and the peers."""
     parser.add_argument("--chunks", type=int, default=200)
@@ -298,6 +319,7 @@ def main() -> None:
         torch.save(reference, reference_path)
         peer_args = [*_common(args), "--chunks", str(args.peer_chunks)]  # the last one wins
         result["peers"] = run_child(peers, [*peer_args, "--reference", str(reference_path)])
+        peak_ratios(result)
         save("peers")
     print(json.dumps(result, indent=2))
 
