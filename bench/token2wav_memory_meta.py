@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.token2wav import stock
-from adapters.token2wav.binding import call_classes
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
@@ -77,9 +77,9 @@ def main() -> None:
             state = SimpleNamespace(flow=flow, CONFORMER_HISTORY_FRAMES=100)
             state.stream_cache = {k: v.clone() for k, v in prompt.items()}
         else:
-            classes = call_classes("minicpmo45", mel.shape[1])
-            engine = ReplayEngine(META, enabled=False)
-            stream = FlowStream(flow, tokens, mel, spk, arm=arm, engine=engine, classes=classes)
+            binding = bind_flow("minicpmo45", mel.shape[1])
+            replay = ReplayEngine(META, enabled=False)
+            stream = FlowStream(flow, tokens, mel, spk, binding=binding, arm=arm, replay=replay)
         held = live.current - weights
         for i in range(args.chunks):
             if vendor:
