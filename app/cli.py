@@ -5,13 +5,15 @@ Each subcommand is one ``_add_<name>`` function that registers its arguments and
 writing both and listing the adder in :data:`SUBCOMMANDS`.
 
 Exit status: 0 on success, 1 when a declaration is invalid, 2 on a usage error (including a
-declaration file that does not exist).
+declaration file that does not exist), 130 when interrupted. SIGTERM is handled like Ctrl-C (a
+``KeyboardInterrupt``), so a stopped run closes its files the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
 from engine.plan import make_plan, plan_as_dict
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _add_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -253,6 +255,37 @@ def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )  # main() hands everything after `gui` to app.gui.launch, which parses it
 
 
+def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="rebuild the Perfetto (.json) and CSV exports of a trace from its JSONL",
+        description=(
+            "Rebuild TRACE.json (Perfetto) and TRACE.csv from TRACE.jsonl, e.g. after a run "
+            "that was killed before it could write them. The JSONL is durable period by period."
+        ),
+    )
+    parser.add_argument("trace", type=Path, metavar="TRACE.jsonl", help="the per-period trace")
+    parser.add_argument("--force", action="store_true", help="replace existing .json/.csv files")
+    parser.set_defaults(run=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from engine.trace import TraceError
+    from engine.trace_export import export_csv, export_perfetto
+
+    jsonl: Path = args.trace
+    if jsonl.suffix != ".jsonl" or not jsonl.is_file():
+        raise _UsageError(f"{jsonl}: give an existing .jsonl trace (written by converse/synth)")
+    try:
+        perfetto = export_perfetto(jsonl, jsonl.with_suffix(".json"), overwrite=args.force)
+        table = export_csv(jsonl, jsonl.with_suffix(".csv"), overwrite=args.force)
+    except TraceError as error:
+        print(f"duplexcadence export: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps({"perfetto": str(perfetto), "csv": str(table)}))
+    return EXIT_OK
+
+
 def _run_gui(argv: list[str]) -> int:
     from app.gui import main as gui_main  # Qt only when a display can show the window
 
@@ -269,6 +302,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_synth,
     _add_converse,
     _add_demo,
+    _add_export,
     _add_gui,
 )
 
@@ -291,8 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gui"]:
         return _run_gui(argv[1:])
     args = build_parser().parse_args(argv)
+    previous = _terminate_like_ctrl_c()
     try:
         status: int = args.run(args)
+    except KeyboardInterrupt:
+        print("duplexcadence: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except DeclarationNotFound as error:
         print(f"duplexcadence: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -302,7 +340,22 @@ def main(argv: list[str] | None = None) -> int:
     except DeclarationError as error:
         print(f"duplexcadence: invalid declaration: {error}", file=sys.stderr)
         return EXIT_INVALID
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return status
+
+
+def _terminate_like_ctrl_c() -> signal._HANDLER | None:
+    """Make SIGTERM raise ``KeyboardInterrupt`` (main thread only); returns the old handler."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding app): leave signals alone
+        return None
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ line naming the file, the place, the value and the bound:
 * a file larger than ``max_bytes`` (read no further than the bound);
 * nesting deeper than ``max_depth`` collections (checked while composing, before recursing);
 * a document whose values, counted with every alias expanded, exceed ``max_nodes`` (counted on
-  the composed graph, where an alias is still one shared node, so the count itself is cheap).
+  the composed graph, where an alias is still one shared node, so the count itself is cheap),
+  or whose aliases refer to their own value (a cycle no reader can walk).
 
 Within those bounds the document is constructed by a ``yaml.SafeLoader`` subclass: safe tags only.
 """
@@ -65,6 +66,17 @@ class BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def fetch_flow_collection_start(self, token_class: type) -> None:
+        """Refuse deep ``[[[[...`` while scanning: the scanner's lookahead over open flow
+        collections is quadratic, so the composer's check alone would come seconds late."""
+        if self.flow_level >= self.max_depth:
+            mark = self.get_mark()
+            raise YamlError(
+                f"line {mark.line + 1}: nesting depth {self.flow_level + 1} exceeds the bound "
+                f"{self.max_depth}"
+            )
+        super().fetch_flow_collection_start(token_class)
+
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
         if node is not None:
@@ -72,12 +84,17 @@ class BoundedLoader(yaml.SafeLoader):
         return node
 
 
+_IN_PROGRESS = -1
+
+
 def _expanded_size(node: yaml.Node, bound: int, seen: dict[int, int]) -> int:
     """Values under ``node`` with aliases expanded; memoised per node, so linear in the file."""
     known = seen.get(id(node))
+    if known == _IN_PROGRESS:
+        raise YamlError(f"line {node.start_mark.line + 1}: an alias refers to its own value")
     if known is not None:
         return known
-    seen[id(node)] = 1  # a node reached again through itself (a recursive alias) counts once
+    seen[id(node)] = _IN_PROGRESS
     size = 1
     if isinstance(node, yaml.SequenceNode):
         size += sum(_expanded_size(item, bound, seen) for item in node.value)
