@@ -80,7 +80,7 @@ def _fsync_folder(folder: Path) -> None:
 def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
     """Refuse ``path`` before any work: a folder, a missing or read-only folder, a file that is
     there without ``overwrite``, or a file another run is writing (its lock is held)."""
-    if path.is_dir():
+    if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
     folder = path.parent
     if not folder.is_dir():
@@ -127,6 +127,8 @@ def atomic_write(
     temporary file is removed if anything fails, so ``path`` keeps its earlier content.
     Returns ``path``.
     """
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise OutputError(f"{path} is a folder: name a file in it")
     tmp = _temp_name(path)
     fd, mode = _create(tmp)
     try:

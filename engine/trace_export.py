@@ -16,10 +16,11 @@ file and never damages an earlier export of the same name.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -171,7 +172,9 @@ def export_perfetto(
 ) -> Path:
     """Export a JSONL trace to a Chrome/Perfetto ``.json`` file; returns its path."""
     header, records = read_trace(jsonl_path)
-    return write_chrome_trace(to_chrome_trace(header, records), out_path, overwrite=overwrite)
+    with _malformed(jsonl_path):
+        chrome = to_chrome_trace(header, records)
+    return write_chrome_trace(chrome, out_path, overwrite=overwrite)
 
 
 def _flat(prefix: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,7 +228,21 @@ def export_csv(
 ) -> Path:
     """Export a JSONL trace to a ``.csv`` with one row per period; returns its path."""
     _, records = read_trace(jsonl_path)
-    return write_csv(csv_rows(records), out_path, overwrite=overwrite)
+    with _malformed(jsonl_path):
+        rows = csv_rows(records)
+    return write_csv(rows, out_path, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def _malformed(path: str | os.PathLike[str]) -> Iterator[None]:
+    """A record without the fields a period has: one line naming the trace, not a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise TraceError(
+            f"{path}: a period record is malformed ({type(error).__name__}: {error}): "
+            "export only traces written by converse or synth"
+        ) from None
 
 
 def _event_problems(i: int, e: Any) -> list[str]:
