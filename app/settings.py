@@ -223,6 +223,7 @@ def check_settings(s: Settings) -> None:
 
         if not torch.cuda.is_available():
             raise SettingsError("device = cuda, but no CUDA device is present: choose cpu or auto")
+    _check_voice_frames(s)
     size = s.resolved_model_size()
     if s.checkpoint is not None:
         _check_checkpoint(s.checkpoint)
@@ -239,6 +240,22 @@ def check_settings(s: Settings) -> None:
             )
         if not s.voice.is_file() or s.voice.suffix.lower() != ".wav":
             raise SettingsError(f"voice {s.voice} is not a .wav file: choose a voice recording")
+
+
+def _check_voice_frames(s: Settings) -> None:
+    """The random voice's prompt must fit every region's stock envelope (the declaration's)."""
+    from adapters.token2wav.binding import DECLARATIONS
+    from engine.contract import load_declaration
+    from engine.plan import make_plan
+
+    plan = make_plan(load_declaration(DECLARATIONS[s.family]), {"f_prompt": s.voice_frames})
+    for region in plan.over_envelope():
+        assert region.envelope_shape is not None
+        raise SettingsError(
+            f"settings: voice_frames = {s.voice_frames}: region {region.name} would need "
+            f"{region.demand_shape}, over its stock envelope {region.envelope_shape}; "
+            "give a shorter voice (the default has 302 frames)"
+        )
 
 
 def _check_checkpoint(folder: Path) -> None:

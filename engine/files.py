@@ -129,6 +129,7 @@ def atomic_write(
     """
     if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
+    sweep_stray(path)
     tmp = _temp_name(path)
     fd, mode = _create(tmp)
     try:

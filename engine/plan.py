@@ -128,6 +128,16 @@ class Plan:
     prices: tuple[ArmPrice, ...]
     walk: tuple[Call, ...] = field(default=())
 
+    def over_envelope(self) -> tuple[RegionPlan, ...]:
+        """Regions whose demand exceeds their stock envelope in some dim: the stock path cannot
+        hold them at this operating point (e.g. a voice prompt longer than the cache)."""
+        return tuple(
+            r
+            for r in self.regions
+            if r.envelope_shape is not None
+            and any(d > e for d, e in zip(r.demand_shape, r.envelope_shape, strict=True))
+        )
+
     def region(self, name: str) -> RegionPlan:
         """The region plan named ``name``."""
         return next(r for r in self.regions if r.name == name)

@@ -22,6 +22,7 @@ them from the JSONL of an interrupted run).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -124,11 +125,33 @@ def _json_line(obj: Mapping[str, Any], what: str) -> str:
     """One strict-JSON line, or a ``TraceError`` saying which value broke it."""
     try:
         return json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n"
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        where = _non_finite(obj) or "a value"
+        raise TraceError(
+            f"{what}: {where} is NaN or infinite (strict JSON has neither): the input or the "
+            "model produced non-finite numbers"
+        ) from exc
+    except TypeError as exc:
         raise TraceError(
             f"{what} is not strict JSON ({exc}): convert tensors with .item()/.tolist() "
-            "and replace NaN/inf before writing"
+            "before writing"
         ) from exc
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first NaN or inf in ``value``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"`{path}`" if path else "a value"
+    items: Any = ()
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 class TraceWriter:

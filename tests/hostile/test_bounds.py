@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.token2wav.config import CheckpointError, flow_config_from_yaml, read_flow_config
-from app.settings import SettingsError, load_settings
+from app.settings import Settings, SettingsError, check_settings, load_settings
 from engine.contract import DeclarationError
 from engine.declaration_io import load, parse_declaration, resolve_path
 from engine.expr import ExprError, parse_expr
@@ -154,3 +154,16 @@ def test_plan_command_stays_bounded_on_hostile_declarations(tmp_path: Path) -> N
     deep.write_text(laughs())
     one_line_error(cli("plan", str(deep), memory=1 << 30), str(deep), "bound 100000")
     one_line_error(cli("plan", str(SHIPPED), "--set", "f_call=-5", memory=1 << 30), "f_call")
+
+
+def test_a_voice_longer_than_the_declared_envelope_is_refused_before_loading() -> None:
+    check_settings(Settings(voice_frames=844, device="cpu"))  # the longest that fits
+    with pytest.raises(SettingsError, match=r"voice_frames = 1000000000: region estimator_att"):
+        check_settings(Settings(voice_frames=10**9, device="cpu"))
+
+
+def test_a_non_finite_trace_value_is_named() -> None:
+    from engine.trace import TraceError, _json_line
+
+    with pytest.raises(TraceError, match=r"period 3: `loop.level` is NaN or infinite"):
+        _json_line({"index": 3, "loop": {"level": float("nan")}}, "period 3")
