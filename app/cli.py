@@ -5,24 +5,31 @@ Each subcommand is one ``_add_<name>`` function that registers its arguments and
 writing both and listing the adder in :data:`SUBCOMMANDS`.
 
 Exit status: 0 on success, 1 when a declaration is invalid, 2 on a usage error (including a
-declaration file that does not exist), 130 when interrupted. SIGTERM is handled like Ctrl-C (a
-``KeyboardInterrupt``), so a stopped run closes its files the same way.
+declaration file that does not exist), 70 on an unexpected internal error (one line; set
+``DUPLEXCADENCE_DEBUG=1`` for the traceback), 130 when interrupted. SIGTERM is handled like
+Ctrl-C (a ``KeyboardInterrupt``), so a stopped run closes its files the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
 from engine.plan import make_plan, plan_as_dict
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+if TYPE_CHECKING:
+    from engine.arms import Arm
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
+DEBUG_ENV = "DUPLEXCADENCE_DEBUG"  # set it to see the traceback of an unexpected error
 
 
 def _add_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,22 +106,34 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
     parser.add_argument("--wav", type=Path, required=True, help="output audio (.wav, 24 kHz)")
     parser.add_argument("--trace", type=Path, help="output Perfetto trace (.json)")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    parser.add_argument(
+        "--device",
+        type=_device,
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if present)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--declaration", default="minicpmo45", help="minicpmo45 or lycheefd")
     parser.set_defaults(run=_run_synth)
 
 
+def _device(text: str) -> str:
+    """``--device``: cpu, cuda or cuda:N (argparse turns the ValueError into one usage line)."""
+    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device: give cpu, cuda or cuda:N")
+
+
 def _run_synth(args: argparse.Namespace) -> int:
+    arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
-    from engine.arms import Arm
 
     try:
         request = SynthRequest(
             voice_frames=args.voice_frames,
             prompt_wav=args.prompt_wav,
             seconds=args.seconds,
-            arm=Arm.parse(args.arm),
+            arm=arm,
             wav=args.wav,
             trace=args.trace,
             checkpoint=args.checkpoint,
@@ -179,23 +198,47 @@ def _run_converse(args: argparse.Namespace) -> int:
         raise _UsageError(
             "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
         )
-    from adapters.token2wav.config import CheckpointError
     from app.converse import converse, request_from_args
-    from app.settings import SettingsError
 
     try:
         summary = converse(request_from_args(args))
-    except (ValueError, OSError) as error:  # ConverseError, SettingsError, CheckpointError, ...
-        kind = "request"
-        if isinstance(error, SettingsError | CheckpointError):
-            kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
-        print(f"duplexcadence converse: bad {kind}: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except RuntimeError as error:  # app.audio.AudioError (no device, device lost at start)
-        print(f"duplexcadence converse: audio: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except (ValueError, OSError, RuntimeError) as error:
+        return _converse_failed("converse", error)
     print(json.dumps(summary))
     return EXIT_OK
+
+
+def _converse_failed(command: str, error: Exception) -> int:
+    """One line for a conversation that could not run, named by what went wrong."""
+    from adapters.token2wav.config import CheckpointError
+    from app.audio.devices import AudioError
+    from app.settings import SettingsError
+
+    if isinstance(error, AudioError):  # no device, or the device was lost at start
+        print(f"duplexcadence {command}: audio: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(error, RuntimeError):  # not the user's input: the run itself failed
+        print(f"duplexcadence {command}: failed: {_one_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    kind = "request"  # ConverseError, TraceError, OutputError, ...
+    if isinstance(error, SettingsError | CheckpointError):
+        kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
+    print(f"duplexcadence {command}: bad {kind}: {_one_line(error)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _arm(text: str) -> Arm:
+    """``--arm``, or a usage error listing the arms."""
+    from engine.arms import Arm
+
+    try:
+        return Arm.parse(text)
+    except ValueError as error:
+        raise _UsageError(f"--arm {text!r}: {error}") from None
 
 
 def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -224,23 +267,26 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if args.seconds < 1:
+        raise _UsageError(f"--seconds {args.seconds}: run at least one period")
+    arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.converse import ConverseRequest, converse
     from app.demo import demo_dir, write_talk
     from app.settings import Settings
-    from engine.arms import Arm
 
-    if args.seconds < 1:
-        raise _UsageError(f"--seconds {args.seconds}: run at least one period")
     out = args.out or demo_dir()
-    talk = write_talk(out / "talk.wav", args.seconds)
-    request = ConverseRequest(
-        settings=Settings(arm=Arm.parse(args.arm), device=args.device),
-        input=talk,
-        output=out / "assistant.wav",
-        trace=out / "trace.json",
-        seconds=args.seconds,
-    )
-    summary = converse(request)
+    try:
+        talk = write_talk(out / "talk.wav", args.seconds)
+        request = ConverseRequest(
+            settings=Settings(arm=arm, device=args.device),
+            input=talk,
+            output=out / "assistant.wav",
+            trace=out / "trace.json",
+            seconds=args.seconds,
+        )
+        summary = converse(request)
+    except (ValueError, OSError, RuntimeError) as error:
+        return _converse_failed("demo", error)
     print(f"demo: files in {out} (open trace.json in ui.perfetto.dev)", file=sys.stderr)
     print(json.dumps(summary))
     return EXIT_OK
@@ -340,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     except DeclarationError as error:
         print(f"duplexcadence: invalid declaration: {error}", file=sys.stderr)
         return EXIT_INVALID
+    except Exception as error:  # a bug, not the user's input: one line, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"duplexcadence {args.command}: internal error: {type(error).__name__}: "
+            f"{_one_line(error)} (run again with {DEBUG_ENV}=1 for the traceback, and report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
