@@ -106,6 +106,10 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
     parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
     parser.add_argument("--wav", type=Path, required=True, help="output audio (.wav, 24 kHz)")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace existing output files (only once the run ends without failing)",
+    )  # fmt: skip
     parser.add_argument("--trace", type=Path, help="output Perfetto trace (.json)")
     parser.add_argument(
         "--device",
@@ -139,6 +143,7 @@ def _run_synth(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             arm=arm,
             wav=args.wav,
+            force=args.force,
             trace=args.trace,
             checkpoint=args.checkpoint,
             seed=args.seed,
@@ -146,9 +151,12 @@ def _run_synth(args: argparse.Namespace) -> int:
             **({"device": args.device} if args.device else {}),
         )
         summary = synthesize(request)
-    except ValueError as error:  # bad request, checkpoint or voice prompt (all ValueErrors)
+    except (ValueError, OSError) as error:  # bad request, output, checkpoint or voice prompt
         print(load_error(error), file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as error:  # the run itself failed (e.g. the model produced NaN)
+        print(f"duplexcadence synth: failed: {_one_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
     print(json.dumps({"wav": str(args.wav), "trace": str(args.trace), **summary}))
     return EXIT_OK
 
@@ -195,6 +203,10 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--seconds", type=int, metavar="N", help="run exactly N periods")
     parser.add_argument("--seed", type=int, help="seed of weights, voice and backbone")
     parser.add_argument("--settings", type=Path, metavar="YAML", help="settings file to start from")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace existing output files (only once the run ends without failing)",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--verbose", action="store_true", help="log replay decisions on stderr")
     parser.set_defaults(run=_run_converse)
@@ -270,6 +282,10 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--out", type=Path, metavar="DIR",
         help="folder for the files (default: the demo folder in the user data folder)",
     )  # fmt: skip
+    parser.add_argument(
+        "--force", action="store_true", help="replace files already in --out (the default "
+        "demo folder is always replaced)",
+    )  # fmt: skip
     parser.set_defaults(run=_run_demo)
 
 
@@ -279,17 +295,25 @@ def _run_demo(args: argparse.Namespace) -> int:
     arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.converse import ConverseRequest, converse
     from app.demo import demo_dir, write_talk
-    from app.settings import Settings
+    from app.outputs import check_outputs
+    from app.settings import Settings, check_settings
 
     out = args.out or demo_dir()
+    force = args.force or args.out is None  # the demo folder is the app's: each run replaces it
+    settings = Settings(arm=arm, device=args.device)
+    names = ("talk.wav", "assistant.wav", "trace.json", "trace.jsonl", "trace.csv")
     try:
+        check_settings(settings)  # before anything is written
+        out.mkdir(parents=True, exist_ok=True)
+        check_outputs([("--out", out / name) for name in names], force=force)
         talk = write_talk(out / "talk.wav", args.seconds)
         request = ConverseRequest(
-            settings=Settings(arm=arm, device=args.device),
+            settings=settings,
             input=talk,
             output=out / "assistant.wav",
             trace=out / "trace.json",
             seconds=args.seconds,
+            force=force,
         )
         summary = converse(request)
     except (ValueError, OSError, RuntimeError) as error:

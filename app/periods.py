@@ -34,6 +34,7 @@ __all__ = [
     "SilenceSource",
     "WavSink",
     "WavSource",
+    "check_input",
     "check_wav_path",
     "write_wav",
 ]
@@ -169,6 +170,16 @@ class WavSource:
         due = self._t0 + self._reads * samples / self.rate
         if due > now:
             time.sleep(due - now)
+
+
+def check_input(path: Path) -> float:
+    """Check an input file before any work (exists, is audio, holds no NaN or inf: one pass in
+    blocks); returns its duration in seconds. Raises ``ValueError`` naming the fix."""
+    source = WavSource(path, 1)  # the rate is irrelevant: nothing is resampled until a read
+    try:
+        return source.duration_s
+    finally:
+        source.close()
 
 
 class SilenceSource:
