@@ -271,9 +271,11 @@ def _answer_pending(session: Session, tally: Tally, drained: int) -> bool:
 def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:
     if req.input is not None:
         try:
-            return WavSource(req.input, rate, realtime=req.realtime)
+            source = WavSource(req.input, rate, realtime=req.realtime)
         except (FileNotFoundError, ValueError) as error:
             raise ConverseError(str(error)) from None
+        stack.callback(source.close)
+        return source
     from app.audio import DeviceSource
 
     settings = req.settings
