@@ -43,11 +43,11 @@ from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_inpu
 from app.progress import PeriodBar
 from app.settings import Settings
 from engine.arms import Arm
-from engine.duplex import PeriodOutcome, Phase
 from engine.trace import TraceWriter, check_trace_path
 
-if TYPE_CHECKING:
-    from app.session import Session  # imports torch: only where a session is built
+if TYPE_CHECKING:  # both import torch: only once the request passed its checks
+    from app.session import Session
+    from engine.duplex import PeriodOutcome
 
 __all__ = [
     "DRAIN_PERIODS",
@@ -220,6 +220,8 @@ class Tally:
         self.last: PeriodOutcome | None = None
 
     def add(self, outcome: PeriodOutcome) -> None:
+        from engine.duplex import Phase
+
         record = outcome.record
         self.periods += 1
         self.speaking += outcome.phase is Phase.SPEAK
@@ -263,6 +265,8 @@ def _run(
 
 
 def _answer_pending(session: Session, tally: Tally, drained: int) -> bool:
+    from engine.duplex import Phase
+
     if drained >= DRAIN_PERIODS or tally.last is None:
         return False
     return bool(tally.last.phase is Phase.SPEAK or session.in_turn)
