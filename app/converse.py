@@ -150,9 +150,9 @@ def _outputs(req: ConverseRequest) -> list[tuple[str, Path]]:
 
 def converse(req: ConverseRequest) -> dict[str, Any]:
     """Run the conversation; returns the summary printed on stdout."""
+    check_request(req)  # before torch loads: a refused request answers at once
     from app.session import build_session
 
-    check_request(req)
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
         logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
     session = build_session(
