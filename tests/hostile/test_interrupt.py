@@ -16,7 +16,7 @@ import soundfile
 
 from app.demo import write_talk
 from engine.trace import read_trace
-from tests.hostile.child import ROOT, assert_clean, cli
+from tests.hostile.child import ROOT, assert_clean, cli, run
 
 RATE_OUT = 24_000  # the assistant's rate (Token2Wav)
 
@@ -88,3 +88,29 @@ def test_ctrl_c_while_loading_is_one_line(tmp_path: Path) -> None:
     assert process.returncode in (0, 130), stderr[-3000:]  # 0: it had finished loading
     if process.returncode == 130:
         assert stderr.strip().splitlines()[-1] == "duplexcadence: interrupted"
+
+
+def test_a_long_input_is_streamed_in_flat_memory(tmp_path: Path) -> None:
+    """An hour at 8 kHz: decoded whole and resampled it would peak past 350 MB; streamed, the
+    child's peak stays near its imports."""
+    import numpy as np
+
+    long = tmp_path / "hour.wav"
+    block = (0.1 * np.sin(np.arange(8_000 * 60) / 8_000 * 2 * np.pi * 220)).astype(np.float32)
+    with soundfile.SoundFile(long, "w", 8_000, 1, subtype="PCM_16") as f:
+        for _ in range(60):
+            f.write(block)
+    code = f"""
+        from app.periods import WavSource
+        source = WavSource({str(long)!r}, 16_000)
+        periods = 0
+        while source.read_period(16_000) is not None:
+            periods += 1
+        with open("/proc/self/status") as status:  # VmHWM: this image's peak (ru_maxrss
+            hwm = next(line for line in status if line.startswith("VmHWM"))  # counts the parent)
+        print(periods, int(hwm.split()[1]) // 1024)
+    """
+    result = run(code, timeout=120, memory=1 << 30)
+    assert_clean(result)
+    periods, peak_mib = map(int, result.stdout.split())
+    assert periods == 3_600 and peak_mib < 150, result.stdout
