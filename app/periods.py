@@ -260,14 +260,15 @@ class WavSink:
             self._output.commit()
         return self.path
 
-    def abort(self) -> None:
-        """Finish after a failed run: an earlier file of the same name stays as it was."""
+    def abort(self, *, discard: bool = False) -> None:
+        """Finish after a failed run: an earlier file of the same name stays as it was; a new
+        one keeps the periods written, unless ``discard`` (audio that is no result)."""
         if not self.closed:
             self.closed = True
             try:
                 self._wav.close()
             finally:
-                self._output.abort()
+                self._output.abort(discard=discard)
 
 
 def _pcm16(samples: np.ndarray) -> np.ndarray:

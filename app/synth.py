@@ -158,11 +158,16 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     finally:
         if bar is not None:
             bar.close()
-        for output in (writer, wav):
-            if output is not None and failed:
-                output.abort()
-            elif output is not None:
-                output.close()
+        if failed:  # the trace is the evidence of what failed; the audio is no result
+            if writer is not None:
+                writer.abort()
+            if wav is not None:
+                wav.abort(discard=True)
+        else:
+            if writer is not None:
+                writer.close()
+            if wav is not None:
+                wav.close()
     if req.trace is not None:
         export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
     assert wav is not None, "the loop ran"

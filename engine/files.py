@@ -223,14 +223,15 @@ class Output:
                 self._release()
         return self.path
 
-    def abort(self) -> None:
+    def abort(self, *, discard: bool = False) -> None:
         """Give up after a failure: a replacement is dropped and the earlier file stays; a new
-        file keeps what was written (the evidence of what failed). Idempotent."""
+        file keeps what was written (the evidence of what failed) unless ``discard``.
+        Idempotent."""
         if not self.done:
             self.done = True
             with contextlib.suppress(OSError):
                 self.file.close()
-            if self.replacing:
+            if self.replacing or discard:
                 self.target.unlink(missing_ok=True)
             self._release()
 

@@ -147,3 +147,11 @@ def test_outputs_touch_nothing_but_their_name(
     after = snapshot(folder)
     changed = {k for k in after if after[k] != before.get(k)} | (before.keys() - after.keys())
     assert changed <= {str(path.resolve().relative_to(folder.resolve()))}
+
+
+def test_audio_that_is_no_result_can_be_discarded(tmp_path: Path) -> None:
+    sink = WavSink(tmp_path / "nan.wav", 24_000)
+    sink.write(np.full(10, np.nan, np.float32))
+    assert sink.nonfinite == 10
+    sink.abort(discard=True)  # what synth does when the model produced NaN
+    assert list(tmp_path.iterdir()) == []
