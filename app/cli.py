@@ -229,7 +229,6 @@ def _run_converse(args: argparse.Namespace) -> int:
 
 def _converse_failed(command: str, error: Exception) -> int:
     """One line for a conversation that could not run, named by what went wrong."""
-    from adapters.token2wav.config import CheckpointError
     from app.audio.devices import AudioError
     from app.settings import SettingsError
 
@@ -239,9 +238,8 @@ def _converse_failed(command: str, error: Exception) -> int:
     if isinstance(error, RuntimeError):  # not the user's input: the run itself failed
         print(f"duplexcadence {command}: failed: {_one_line(error)}", file=sys.stderr)
         return EXIT_INTERNAL
-    kind = "request"  # ConverseError, TraceError, OutputError, ...
-    if isinstance(error, SettingsError | CheckpointError):
-        kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
+    # ConverseError, OutputsError, ...; SettingsError also carries the family's checkpoint errors
+    kind = "settings" if isinstance(error, SettingsError) else "request"
     print(f"duplexcadence {command}: bad {kind}: {_one_line(error)}", file=sys.stderr)
     return EXIT_USAGE
 
