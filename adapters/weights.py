@@ -1,4 +1,8 @@
-"""Seeded random weights for building a vendor architecture without its checkpoint.
+"""Weights: state dicts loaded safely and checked, or seeded random ones without a checkpoint.
+
+:func:`load_state` reads a checkpoint file with ``torch.load(weights_only=True)`` and checks what
+it holds (a mapping of string keys to finite tensors), turning every failure into one line that
+names the file and never repeats torch's advice to load unsafely.
 
 Vendor initialisers zero some layers on purpose (adaLN-zero modulation, output projections), which
 would make every output trivially zero and every exactness test vacuous. Here *every* parameter and
@@ -9,9 +13,46 @@ own parameter order, so two builds with the same seed are identical bit for bit 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+
+def load_state(path: Path, error: Callable[[str], Exception]) -> dict[str, Tensor]:
+    """The state dict in ``path``, checked; raises ``error(message)`` naming the file and the fix.
+
+    Refused: a file torch cannot read as a safe (``weights_only``) checkpoint, whatever torch
+    says (its own text advises ``weights_only=False``, which would run code from the file); a
+    file that holds no mapping; a non-string key; a value that is not a tensor; a floating
+    tensor holding NaN or inf (such weights make every output NaN).
+    """
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except FileNotFoundError:
+        raise error(f"{path} does not exist: point at the checkpoint folder's file") from None
+    except Exception as cause:  # torch raises many types; none may leak its advice
+        raise error(
+            f"{path} is not a valid PyTorch checkpoint ({type(cause).__name__} while reading it): "
+            "re-download or re-export the file; it is never loaded unsafely"
+        ) from None
+    if not isinstance(raw, dict):
+        raise error(f"{path} holds a {type(raw).__name__}; expected a state_dict")
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            raise error(f"{path} has a key {key!r} that is not a string: not a state_dict")
+        if not isinstance(value, Tensor):
+            raise error(f"{path}: `{key}` is a {type(value).__name__}, not a tensor")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise error(
+                f"{path}: `{key}` holds {bad} NaN or infinite values of {value.numel()}: "
+                "the checkpoint is corrupt; re-download it"
+            )
+    return raw
 
 
 @torch.no_grad()

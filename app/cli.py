@@ -5,16 +5,21 @@ Each subcommand is one ``_add_<name>`` function that registers its arguments and
 writing both and listing the adder in :data:`SUBCOMMANDS`.
 
 Exit status: 0 on success, 1 when a declaration is invalid, 2 on a usage error (including a
-declaration file that does not exist).
+declaration file that does not exist), 70 on an unexpected internal error (one line; set
+``DUPLEXCADENCE_DEBUG=1`` for the traceback), 130 when interrupted. SIGTERM is handled like
+Ctrl-C (a ``KeyboardInterrupt``), so a stopped run closes its files the same way.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters.registry import family_keys
 from app.plan_report import render_plan
@@ -22,7 +27,11 @@ from engine.contract import DeclarationError, DeclarationNotFound
 from engine.declaration_io import load_declaration
 from engine.plan import make_plan, plan_as_dict
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+if TYPE_CHECKING:
+    from engine.arms import Arm
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
+DEBUG_ENV = "DUPLEXCADENCE_DEBUG"  # set it to see the traceback of an unexpected error
 
 
 def _add_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,8 +107,17 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
     parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
     parser.add_argument("--wav", type=Path, required=True, help="output audio (.wav, 24 kHz)")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace existing output files (only once the run ends without failing)",
+    )  # fmt: skip
     parser.add_argument("--trace", type=Path, help="output Perfetto trace (.json)")
-    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    parser.add_argument(
+        "--device",
+        type=_device,
+        default=None,
+        help="cuda, cuda:N or cpu (default: cuda if present)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--family", default="synthetic", choices=("synthetic", "lycheefd"),
@@ -108,17 +126,25 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=_run_synth)
 
 
+def _device(text: str) -> str:
+    """``--device``: cpu, cuda or cuda:N (argparse turns the ValueError into one usage line)."""
+    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device: give cpu, cuda or cuda:N")
+
+
 def _run_synth(args: argparse.Namespace) -> int:
+    arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
-    from engine.arms import Arm
 
     try:
         request = SynthRequest(
             voice_frames=args.voice_frames,
             prompt_wav=args.prompt_wav,
             seconds=args.seconds,
-            arm=Arm.parse(args.arm),
+            arm=arm,
             wav=args.wav,
+            force=args.force,
             trace=args.trace,
             checkpoint=args.checkpoint,
             seed=args.seed,
@@ -126,9 +152,12 @@ def _run_synth(args: argparse.Namespace) -> int:
             **({"device": args.device} if args.device else {}),
         )
         summary = synthesize(request)
-    except ValueError as error:  # bad request, checkpoint or voice prompt (all ValueErrors)
+    except (ValueError, OSError) as error:  # bad request, output, checkpoint or voice prompt
         print(load_error(error), file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as error:  # the run itself failed (e.g. the model produced NaN)
+        print(f"duplexcadence synth: failed: {_one_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
     print(json.dumps({"wav": str(args.wav), "trace": str(args.trace), **summary}))
     return EXIT_OK
 
@@ -175,6 +204,10 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--seconds", type=int, metavar="N", help="run exactly N periods")
     parser.add_argument("--seed", type=int, help="seed of weights, voice and backbone")
     parser.add_argument("--settings", type=Path, metavar="YAML", help="settings file to start from")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="replace existing output files (only once the run ends without failing)",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--verbose", action="store_true", help="log replay decisions on stderr")
     parser.set_defaults(run=_run_converse)
@@ -186,19 +219,44 @@ def _run_converse(args: argparse.Namespace) -> int:
             "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
         )
     from app.converse import converse, request_from_args
-    from app.settings import SettingsError
 
     try:
         summary = converse(request_from_args(args))
-    except (ValueError, OSError) as error:  # ConverseError, SettingsError (the family's too), ...
-        kind = "settings" if isinstance(error, SettingsError) else "request"
-        print(f"duplexcadence converse: bad {kind}: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except RuntimeError as error:  # app.audio.AudioError (no device, device lost at start)
-        print(f"duplexcadence converse: audio: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except (ValueError, OSError, RuntimeError) as error:
+        return _converse_failed("converse", error)
     print(json.dumps(summary))
     return EXIT_OK
+
+
+def _converse_failed(command: str, error: Exception) -> int:
+    """One line for a conversation that could not run, named by what went wrong."""
+    from app.audio.devices import AudioError
+    from app.settings import SettingsError
+
+    if isinstance(error, AudioError):  # no device, or the device was lost at start
+        print(f"duplexcadence {command}: audio: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(error, RuntimeError):  # not the user's input: the run itself failed
+        print(f"duplexcadence {command}: failed: {_one_line(error)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    # ConverseError, OutputsError, ...; SettingsError also carries the family's checkpoint errors
+    kind = "settings" if isinstance(error, SettingsError) else "request"
+    print(f"duplexcadence {command}: bad {kind}: {_one_line(error)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _arm(text: str) -> Arm:
+    """``--arm``, or a usage error listing the arms."""
+    from engine.arms import Arm
+
+    try:
+        return Arm.parse(text)
+    except ValueError as error:
+        raise _UsageError(f"--arm {text!r}: {error}") from None
 
 
 def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -223,27 +281,42 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--out", type=Path, metavar="DIR",
         help="folder for the files (default: the demo folder in the user data folder)",
     )  # fmt: skip
+    parser.add_argument(
+        "--force", action="store_true", help="replace files already in --out (the default "
+        "demo folder is always replaced)",
+    )  # fmt: skip
     parser.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from app.converse import ConverseRequest, converse
-    from app.demo import demo_dir, write_talk
-    from app.settings import Settings
-    from engine.arms import Arm
-
     if args.seconds < 1:
         raise _UsageError(f"--seconds {args.seconds}: run at least one period")
+    arm = _arm(args.arm)  # before torch loads: a typo costs no time
+    from app.converse import ConverseRequest, converse
+    from app.demo import demo_dir, write_talk
+    from app.outputs import check_outputs
+    from app.settings import Settings, check_settings
+
     out = args.out or demo_dir()
-    talk = write_talk(out / "talk.wav", args.seconds)
-    request = ConverseRequest(
-        settings=Settings(arm=Arm.parse(args.arm), device=args.device),
-        input=talk,
-        output=out / "assistant.wav",
-        trace=out / "trace.json",
-        seconds=args.seconds,
-    )
-    summary = converse(request)
+    force = args.force or args.out is None  # the demo folder is the app's: each run replaces it
+    settings = Settings(arm=arm, device=args.device)
+    names = ("talk.wav", "assistant.wav", "trace.json", "trace.jsonl", "trace.csv")
+    try:
+        check_settings(settings)  # before anything is written
+        out.mkdir(parents=True, exist_ok=True)
+        check_outputs([("--out", out / name) for name in names], force=force)
+        talk = write_talk(out / "talk.wav", args.seconds)
+        request = ConverseRequest(
+            settings=settings,
+            input=talk,
+            output=out / "assistant.wav",
+            trace=out / "trace.json",
+            seconds=args.seconds,
+            force=force,
+        )
+        summary = converse(request)
+    except (ValueError, OSError, RuntimeError) as error:
+        return _converse_failed("demo", error)
     print(f"demo: files in {out} (open trace.json in ui.perfetto.dev)", file=sys.stderr)
     print(json.dumps(summary))
     return EXIT_OK
@@ -256,6 +329,37 @@ def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="The desktop app; `duplexcadence gui --help` lists its options.",
         add_help=False,
     )  # main() hands everything after `gui` to app.gui.launch, which parses it
+
+
+def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="rebuild the Perfetto (.json) and CSV exports of a trace from its JSONL",
+        description=(
+            "Rebuild TRACE.json (Perfetto) and TRACE.csv from TRACE.jsonl, e.g. after a run "
+            "that was killed before it could write them. The JSONL is durable period by period."
+        ),
+    )
+    parser.add_argument("trace", type=Path, metavar="TRACE.jsonl", help="the per-period trace")
+    parser.add_argument("--force", action="store_true", help="replace existing .json/.csv files")
+    parser.set_defaults(run=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from engine.trace import TraceError
+    from engine.trace_export import export_csv, export_perfetto
+
+    jsonl: Path = args.trace
+    if jsonl.suffix != ".jsonl" or not jsonl.is_file():
+        raise _UsageError(f"{jsonl}: give an existing .jsonl trace (written by converse/synth)")
+    try:
+        perfetto = export_perfetto(jsonl, jsonl.with_suffix(".json"), overwrite=args.force)
+        table = export_csv(jsonl, jsonl.with_suffix(".csv"), overwrite=args.force)
+    except TraceError as error:
+        print(f"duplexcadence export: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps({"perfetto": str(perfetto), "csv": str(table)}))
+    return EXIT_OK
 
 
 def _run_gui(argv: list[str]) -> int:
@@ -274,6 +378,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_synth,
     _add_converse,
     _add_demo,
+    _add_export,
     _add_gui,
 )
 
@@ -296,8 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["gui"]:
         return _run_gui(argv[1:])
     args = build_parser().parse_args(argv)
+    previous = _terminate_like_ctrl_c()
     try:
         status: int = args.run(args)
+    except KeyboardInterrupt:
+        print("duplexcadence: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except DeclarationNotFound as error:
         print(f"duplexcadence: error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -307,7 +416,31 @@ def main(argv: list[str] | None = None) -> int:
     except DeclarationError as error:
         print(f"duplexcadence: invalid declaration: {error}", file=sys.stderr)
         return EXIT_INVALID
+    except Exception as error:  # a bug, not the user's input: one line, the traceback on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(
+            f"duplexcadence {args.command}: internal error: {type(error).__name__}: "
+            f"{_one_line(error)} (run again with {DEBUG_ENV}=1 for the traceback, and report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return status
+
+
+def _terminate_like_ctrl_c() -> signal._HANDLER | None:
+    """Make SIGTERM raise ``KeyboardInterrupt`` (main thread only); returns the old handler."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding app): leave signals alone
+        return None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,14 @@ Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with `
 exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``); with
 ``--record-audio DIR`` the two channels as ``DIR/mic.wav`` (16 kHz) and ``DIR/assistant.wav``
 (24 kHz), period-aligned. A summary JSON goes to stdout, progress to stderr.
+
+Nothing is lost, nothing clobbered: every output is checked before the models load
+(:func:`app.outputs.check_outputs`: not the input, not an existing file without ``--force``,
+room on the disk) and the input is scanned for NaN; the WAVs and the JSONL are written period by
+period (a killed run leaves them playable and readable; ``duplexcadence export`` rebuilds the
+Perfetto/CSV); a run that fails leaves the earlier files of the same names as they were, while
+Ctrl-C or SIGTERM ends it like the end of the input. Memory stays flat in the session's length:
+the input is streamed and the summary is tallied period by period.
 """
 
 from __future__ import annotations
@@ -23,26 +31,30 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app.heap import settle_heap
-from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_wav_path
+from app.outputs import OutputsError, check_outputs, run_bytes
+from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
 from app.settings import Settings
 from engine.arms import Arm
 from engine.cadence import percentile
 from engine.duplex import PeriodOutcome, Phase
-from engine.trace import check_trace_path
+from engine.trace import TraceWriter, check_trace_path
 
-if TYPE_CHECKING:
-    from app.session import Session  # imports torch: only where a session is built
+if TYPE_CHECKING:  # both import torch: only once the request passed its checks
+    from app.session import Session
+    from engine.duplex import PeriodOutcome
 
 __all__ = [
     "DRAIN_PERIODS",
     "ConverseError",
     "ConverseRequest",
+    "Tally",
     "check_request",
     "converse",
     "request_from_args",
@@ -71,6 +83,7 @@ class ConverseRequest:
     n_steps: int | None = None  # solver steps override (tests)
     progress: bool = True
     verbose: bool = False  # replay captures/rejections logged on stderr too
+    force: bool = False  # replace existing outputs (when the run does not fail)
 
     @property
     def jsonl(self) -> Path | None:
@@ -102,24 +115,55 @@ def check_request(req: ConverseRequest) -> None:
         raise ConverseError(
             f"--record-audio {req.record_audio}: folder {parent} does not exist: mkdir -p {parent}"
         )
+    if req.record_audio is not None and req.record_audio.exists() and not req.record_audio.is_dir():
+        raise ConverseError(f"--record-audio {req.record_audio} is a file: name a folder")
     if req.seconds is not None and req.seconds < 1:
         raise ConverseError(f"--seconds {req.seconds}: run at least one period")
+    seconds: float | None = req.seconds
+    if req.input is not None:
+        try:
+            duration = check_input(req.input)
+        except (ValueError, OSError) as error:
+            raise ConverseError(str(error)) from None
+        seconds = seconds if seconds is not None else duration + DRAIN_PERIODS
+    outputs = _outputs(req)
+    wavs = sum(path.suffix == ".wav" for _, path in outputs)
+    try:
+        check_outputs(
+            outputs,
+            inputs=[("--input", req.input)] if req.input is not None else [],
+            force=req.force,
+            bytes_needed=run_bytes(seconds, wavs, req.trace is not None),
+        )
+    except OutputsError as error:
+        raise ConverseError(str(error)) from None
+
+
+def _outputs(req: ConverseRequest) -> list[tuple[str, Path]]:
+    """Every file the run writes, with the option that names it."""
+    outputs = [("--output", req.output)] if req.output is not None else []
+    if req.trace is not None:
+        outputs += [("--trace", req.trace.with_suffix(s)) for s in (".jsonl", ".json", ".csv")]
+    if req.record_audio is not None and req.record_audio.is_dir():
+        outputs += [("--record-audio", req.record_audio / n) for n in ("mic.wav", "assistant.wav")]
+    return outputs
 
 
 def converse(req: ConverseRequest) -> dict[str, Any]:
     """Run the conversation; returns the summary printed on stdout."""
+    check_request(req)  # before torch loads: a refused request answers at once
     from app.session import build_session
 
-    check_request(req)
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
         logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
     session = build_session(
         req.settings, trace=req.jsonl, progress=_load_progress(req.progress), n_steps=req.n_steps
     )
     settle_heap()  # the main thread owns collection here: weights, graphs, warm-up, then freeze
-    outcomes: list[PeriodOutcome] = []
+    tally = Tally()
     with ExitStack() as stack:
         stack.callback(session.close)
+        _keep_on_success(stack, session.trace)  # runs first: a failed run aborts the trace
         source = _source(req, session.input_rate, stack)
         sink = _sink(req, session.output_rate, stack)
         if req.settings.echo_cancel:
@@ -130,15 +174,64 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
         total = _expected_periods(req, source, session)
         bar = PeriodBar("converse", total) if req.progress else None
         try:
-            _run(session, source, sink, recorders, outcomes, req, bar)
-        except KeyboardInterrupt:
+            _run(session, source, sink, recorders, tally, req, bar)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the end of the conversation
             if bar is not None:
                 bar.interrupted()
         else:
             if bar is not None:
                 bar.close()
         audio = _device_stats(source=source, sink=sink)
-    return {**_finish(req, session, outcomes), **audio}
+        nonfinite = getattr(sink, "nonfinite", 0)
+    if nonfinite:
+        print(
+            f"duplexcadence converse: warning: the model produced {nonfinite} NaN or infinite "
+            "samples, written as silence (broken weights?)",
+            file=sys.stderr,
+        )
+    return {**_finish(req, session, tally), **audio, "nonfinite_samples": nonfinite}
+
+
+def _keep_on_success(stack: ExitStack, output: WavSink | TraceWriter | None) -> None:
+    """At the stack's exit: keep ``output`` (close) unless the run failed (abort: an earlier
+    file of the same name stays). Ctrl-C and SIGTERM end a run; they are no failure."""
+    if output is None:
+        return
+
+    def finish(
+        exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+            output.close()
+        else:
+            output.abort()
+        return False
+
+    stack.push(finish)
+
+
+class Tally:
+    """The run's summary, counted period by period (the outcomes themselves are not kept)."""
+
+    def __init__(self) -> None:
+        self.periods = self.speaking = self.turns = self.barge_ins = 0
+        self.calls = self.over_budget = 0
+        self.times_ms: list[float] = []  # one float per period: 58 KB for two hours
+        self.arms: set[str] = set()
+        self.last: PeriodOutcome | None = None
+
+    def add(self, outcome: PeriodOutcome) -> None:
+
+        record = outcome.record
+        self.periods += 1
+        self.speaking += outcome.phase is Phase.SPEAK
+        self.turns += sum(c.kind == "flush" for c in outcome.calls)
+        self.barge_ins += bool(record.loop.get("barge_in"))
+        self.calls += len(outcome.calls)
+        self.over_budget += bool(record.over_budget)
+        self.times_ms.append(record.processing_s * 1e3)
+        self.arms.add(record.arm)
+        self.last = outcome
 
 
 def _run(
@@ -146,16 +239,16 @@ def _run(
     source: PeriodSource,
     sink: PeriodSink,
     recorders: tuple[WavSink, WavSink] | None,
-    outcomes: list[PeriodOutcome],
+    tally: Tally,
     req: ConverseRequest,
     bar: PeriodBar | None,
 ) -> None:
     n_in = round(session.period_s * session.input_rate)
     silence, drained = np.zeros(n_in, np.float32), 0
-    while req.seconds is None or len(outcomes) < req.seconds:
+    while req.seconds is None or tally.periods < req.seconds:
         mic = source.read_period(n_in, timeout=2 * session.period_s)
         if mic is None:  # the input ended: listen to silence until the answer is over
-            if req.seconds is None and not _answer_pending(session, outcomes, drained):
+            if req.seconds is None and not _answer_pending(session, tally, drained):
                 break
             mic, drained = silence, drained + 1
         outcome = session.step(mic)
@@ -165,24 +258,27 @@ def _run(
         if recorders is not None:
             recorders[0].write(mic)
             recorders[1].write(outcome.pcm)
-        outcomes.append(outcome)
+        tally.add(outcome)
         if bar is not None:
             ms = outcome.record.processing_s * 1e3
             bar.update(f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}")
 
 
-def _answer_pending(session: Session, outcomes: list[PeriodOutcome], drained: int) -> bool:
-    if drained >= DRAIN_PERIODS or not outcomes:
+def _answer_pending(session: Session, tally: Tally, drained: int) -> bool:
+
+    if drained >= DRAIN_PERIODS or tally.last is None:
         return False
-    return bool(outcomes[-1].phase is Phase.SPEAK or session.in_turn)
+    return bool(tally.last.phase is Phase.SPEAK or session.in_turn)
 
 
 def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:
     if req.input is not None:
         try:
-            return WavSource(req.input, rate, realtime=req.realtime)
+            source = WavSource(req.input, rate, realtime=req.realtime)
         except (FileNotFoundError, ValueError) as error:
             raise ConverseError(str(error)) from None
+        stack.callback(source.close)
+        return source
     from app.audio import DeviceSource
 
     settings = req.settings
@@ -192,8 +288,8 @@ def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:
 
 def _sink(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSink:
     if req.output is not None:
-        wav = WavSink(req.output, rate)
-        stack.callback(wav.close)
+        wav = WavSink(req.output, rate, overwrite=req.force)
+        _keep_on_success(stack, wav)
         return wav
     from app.audio import DeviceSink
 
@@ -208,10 +304,10 @@ def _recorders(
     if req.record_audio is None:
         return None
     req.record_audio.mkdir(exist_ok=True)
-    mic = WavSink(req.record_audio / "mic.wav", input_rate)
-    assistant = WavSink(req.record_audio / "assistant.wav", output_rate)
-    stack.callback(assistant.close)
-    stack.callback(mic.close)
+    mic = WavSink(req.record_audio / "mic.wav", input_rate, overwrite=req.force)
+    _keep_on_success(stack, mic)
+    assistant = WavSink(req.record_audio / "assistant.wav", output_rate, overwrite=req.force)
+    _keep_on_success(stack, assistant)
     return mic, assistant
 
 
@@ -234,13 +330,11 @@ def _expected_periods(req: ConverseRequest, source: PeriodSource, session: Sessi
     return None
 
 
-def _finish(
-    req: ConverseRequest, session: Session, outcomes: list[PeriodOutcome]
-) -> dict[str, Any]:
+def _finish(req: ConverseRequest, session: Session, tally: Tally) -> dict[str, Any]:
     from engine.trace_export import export_csv, export_perfetto
 
     files: dict[str, str] = {}
-    if req.trace is not None and req.jsonl is not None:
+    if req.trace is not None and req.jsonl is not None:  # names checked before the run
         files["jsonl"] = str(req.jsonl)
         files["perfetto"] = str(export_perfetto(req.jsonl, req.trace))
         files["csv"] = str(export_csv(req.jsonl, req.trace.with_suffix(".csv")))
@@ -248,25 +342,24 @@ def _finish(
         files["output"] = str(req.output)
     if req.record_audio is not None:
         files["record_audio"] = str(req.record_audio)
-    return {**files, **summarize(outcomes), "model": session.model_name, "device": session.device}
+    return {**files, **summarize(tally), "model": session.model_name, "device": session.device}
 
 
-def summarize(outcomes: list[PeriodOutcome]) -> dict[str, Any]:
+def summarize(tally: Tally) -> dict[str, Any]:
     """Cadence and conversation counts over a run (what the command prints); the percentiles
     are :func:`engine.cadence.percentile`'s, as the live panel's."""
-    times = sorted(o.record.processing_s * 1e3 for o in outcomes)
-    calls = [c for o in outcomes for c in o.calls]
+    times = sorted(tally.times_ms)
     return {
-        "periods": len(outcomes),
-        "speaking_periods": sum(o.phase is Phase.SPEAK for o in outcomes),
-        "turns": sum(c.kind == "flush" for c in calls),
-        "barge_ins": sum(bool(o.record.loop.get("barge_in")) for o in outcomes),
-        "calls": len(calls),
-        "over_budget": sum(o.record.over_budget for o in outcomes),
+        "periods": tally.periods,
+        "speaking_periods": tally.speaking,
+        "turns": tally.turns,
+        "barge_ins": tally.barge_ins,
+        "calls": tally.calls,
+        "over_budget": tally.over_budget,
         "p50_ms": round(percentile(times, 0.5), 2) if times else 0.0,
         "p95_ms": round(percentile(times, 0.95), 2) if times else 0.0,
         "max_ms": round(times[-1], 2) if times else 0.0,
-        "arms": sorted({o.record.arm for o in outcomes}),
+        "arms": sorted(tally.arms),
     }
 
 
@@ -313,4 +406,5 @@ def request_from_args(args: argparse.Namespace) -> ConverseRequest:
         seconds=args.seconds,
         progress=not args.quiet,
         verbose=args.verbose,
+        force=args.force,
     )

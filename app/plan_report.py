@@ -79,7 +79,7 @@ def _operator_row(op: OperatorPlan) -> tuple[str, ...]:
         op.grid,
         f"{op.width:,}",
         str(op.limit),
-        str(len(op.flush_sizes)),
+        f"≤{op.flush_classes:,} (counted)" if op.flush_counted else str(op.flush_classes),
         scope,
     )
 

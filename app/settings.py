@@ -24,6 +24,7 @@ from adapters.face import FamilyError, ModelRequest
 from adapters.registry import DEFAULT_FAMILY, family, family_keys
 from engine.arms import Arm
 from engine.files import atomic_write
+from engine.safe_yaml import YamlError, read_yaml
 
 __all__ = [
     "DEVICES",
@@ -40,6 +41,7 @@ __all__ = [
 FAMILIES = family_keys()
 MODEL_SIZES = ("auto", "full", "small")
 DEVICES = ("auto", "cuda", "cpu")
+SETTINGS_MAX_BYTES = 64 << 10  # a settings file holds a dozen short lines
 
 
 class SettingsError(ValueError):
@@ -184,16 +186,10 @@ def load_settings(path: Path | None = None) -> Settings:
     if not path.exists():
         return Settings()
     try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError) as error:
+        data = read_yaml(path, max_bytes=SETTINGS_MAX_BYTES)
+    except YamlError as error:
         raise SettingsError(
-            f"cannot read {path} ({error}): fix its permissions or delete it"
-        ) from None
-    except yaml.YAMLError as error:
-        raise SettingsError(
-            f"{path} is not valid YAML ({error}): fix the line shown or delete the file "
-            "to start from the defaults"
+            f"{error}: fix it or delete the file to start from the defaults"
         ) from None
     if data is None:
         return Settings()
@@ -205,11 +201,16 @@ def load_settings(path: Path | None = None) -> Settings:
 
 
 def save_settings(s: Settings, path: Path | None = None) -> Path:
-    """Write ``s`` to ``path`` (default :func:`settings_path`) atomically; returns the path."""
+    """Write ``s`` to ``path`` (default :func:`settings_path`) atomically; returns the path.
+
+    A file there that does not read as settings (hand-edited into a broken state) is kept as
+    ``settings.yaml.bak`` before it is replaced, so an edit is never lost silently.
+    """
     _check_values(s, "settings")
     path = path or settings_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _back_up_if_broken(path)
         text = "# DuplexCadence settings (written by the app; edit while it is closed)\n"
         text += yaml.safe_dump(s.to_dict(), sort_keys=False, allow_unicode=True)
         atomic_write(path, lambda f: f.write(text), text=True)
@@ -218,6 +219,21 @@ def save_settings(s: Settings, path: Path | None = None) -> Path:
             f"cannot write settings to {path} ({error}): make {path.parent} writable"
         ) from None
     return path
+
+
+def _back_up_if_broken(path: Path) -> Path | None:
+    """Copy a settings file that does not load to ``<name>.bak`` (atomically); its path or None."""
+    if not path.is_file():
+        return None
+    try:
+        load_settings(path)
+        return None
+    except SettingsError:
+        pass
+    backup = path.with_name(path.name + ".bak")
+    with open(path, "rb") as f:
+        raw = f.read(SETTINGS_MAX_BYTES)  # a longer file is not settings: keep its head
+    return atomic_write(backup, lambda f: f.write(raw))
 
 
 def check_settings(s: Settings) -> None:

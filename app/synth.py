@@ -11,6 +11,11 @@ pipeline and its cadence.
 The voice is a seeded random prompt of ``--voice-frames P`` frames, or the voice of a recording
 (``--prompt-wav F``, prepared as the vendor does by :mod:`adapters.token2wav.prompt` with the
 checkpoint's speech tokenizer and speaker model; its length sets P).
+
+Outputs are checked before the models load (:func:`app.outputs.check_outputs`: an existing file
+only with ``--force``, room on the disk); the WAV is written period by period and the tokens are
+drawn per call, so memory stays flat in ``--seconds``. A run that fails (the model produced NaN,
+say) leaves earlier files of the same names as they were and exits non-zero.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from adapters.face import FamilyError, ModelRequest
 from adapters.token2wav.family import LYCHEEFD, SYNTHETIC, Token2WavFamily
-from app.periods import write_wav
+from app.outputs import OutputsError, check_outputs, run_bytes
+from app.periods import WavSink
 from app.progress import PeriodBar
 from engine.arms import Arm
 from engine.metrics import Metrics
@@ -51,6 +56,7 @@ class SynthRequest:
     seed: int = 0
     family: str = "synthetic"
     prompt_wav: Path | None = None
+    force: bool = False  # replace existing outputs (when the run does not fail)
 
     def model_request(self) -> ModelRequest:
         """The decoder's load request (the full-size model; the envelope only where it runs)."""
@@ -87,10 +93,22 @@ def check_request(req: SynthRequest) -> None:
         raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")
     if req.wav.suffix.lower() != ".wav" or not req.wav.parent.is_dir():
         raise ValueError(f"--wav {req.wav}: give a .wav path in an existing folder")
+    outputs = [("--wav", req.wav)]
     if req.trace is not None:
         if req.trace.suffix.lower() != ".json":
             raise ValueError(f"--trace {req.trace}: give a .json path (Perfetto/Chrome trace)")
         check_trace_path(req.trace.with_suffix(".jsonl"), overwrite=True)
+        outputs += [("--trace", req.trace.with_suffix(".jsonl")), ("--trace", req.trace)]
+    inputs = [("--prompt-wav", req.prompt_wav)] if req.prompt_wav is not None else []
+    try:
+        check_outputs(
+            outputs,
+            inputs=inputs,
+            force=req.force,
+            bytes_needed=run_bytes(req.seconds + 1, 1, req.trace is not None),
+        )
+    except OutputsError as error:
+        raise ValueError(str(error)) from None
     if req.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device here; pass --device cpu")
     FAMILIES[req.family].check(req.model_request())
@@ -102,44 +120,78 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     model = FAMILIES[req.family].load_speech(req.model_request(), lambda stage, fraction: None)
     stream, replay, windower = model.speech, model.replay, model.windower
     metrics = Metrics(model.binding.stride_s, device=req.device, arm=str(req.arm))
-    writer = _writer(req, model.voice.frames, model.declaration.name)
-    pcm: list[np.ndarray] = []
     worst = total = 0.0
     stride, lookahead = windower.stride, windower.lookahead
-    tokens = _tokens(req.seconds, stride, lookahead, model.vocab, req.seed, req.device)
-    calls = [
-        (tokens[:, i * stride : i * stride + stride + lookahead], False) for i in range(req.seconds)
-    ] + [(tokens[:, req.seconds * stride :], True)]
-    bar = PeriodBar("synth", len(calls)) if progress else None
+    tokens = _Tokens(model.vocab, req.seed, req.device)
+    calls = req.seconds + 1  # one window per second, then the flush of the lookahead
+    bar = PeriodBar("synth", calls) if progress else None
+    wav: WavSink | None = None
+    writer: TraceWriter | None = None
+    failed = True
     try:
-        for window, last in calls:
+        wav = WavSink(req.wav, model.output_rate, overwrite=req.force)
+        writer = _writer(req, model.voice.frames, model.declaration.name)
+        window = tokens.take(stride + lookahead)
+        for index in range(calls):
+            last = index == req.seconds
             metrics.begin_period(replay=replay.snapshot())
             with torch.no_grad(), metrics.span("synthesis"):
-                pcm.append(stream.push(window, last_chunk=last).squeeze(0).cpu().numpy())
+                pcm = stream.push(window, last_chunk=last).squeeze(0).cpu().numpy()
+            wav.write(pcm)
+            if wav.nonfinite:
+                raise SynthFailed(
+                    f"the model produced {wav.nonfinite} NaN or infinite samples in second "
+                    f"{index}: its weights are broken; nothing was kept"
+                )
             record = metrics.end_period(replay=replay.snapshot(), events=replay.drain_events())
             worst, total = max(worst, record.processing_s), total + record.processing_s
             if writer is not None:
                 writer.write(record)
             if bar is not None:
                 bar.update(f"last {record.processing_s * 1e3:.0f} ms")
+            held = window[:, stride:]  # the lookahead tokens open the next window
+            more = index + 1 < req.seconds  # the flush (last) call takes the lookahead alone
+            window = torch.cat([held, tokens.take(stride)], dim=1) if more else held
+        failed = False
+    except KeyboardInterrupt:
+        failed = False  # an interrupted run keeps what it made
+        raise
     finally:
         if bar is not None:
             bar.close()
-        if writer is not None:
-            writer.close()
-    write_wav(req.wav, np.concatenate(pcm), model.output_rate)
+        if failed:  # the trace is the evidence of what failed; the audio is no result
+            if writer is not None:
+                writer.abort()
+            if wav is not None:
+                wav.abort(discard=True)
+        else:
+            if writer is not None:
+                writer.close()
+            if wav is not None:
+                wav.close()
     if req.trace is not None:
         export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
-    audio_s = sum(len(p) for p in pcm) / model.output_rate
-    return {"audio_s": audio_s, "mean_period_s": total / len(calls), "max_period_s": worst}
+    assert wav is not None, "the loop ran"
+    audio_s = wav.frames / model.output_rate
+    return {"audio_s": audio_s, "mean_period_s": total / calls, "max_period_s": worst}
 
 
-def _tokens(
-    seconds: int, stride: int, lookahead: int, vocab: int, seed: int, device: str
-) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed + 2)
-    count = seconds * stride + lookahead
-    return torch.randint(0, vocab, (1, count), generator=g, dtype=torch.int32).to(device)
+class SynthFailed(RuntimeError):
+    """The synthesis ran but its result is not audio (non-finite samples)."""
+
+
+class _Tokens:
+    """Seeded random speech tokens drawn as the stream asks: memory flat in ``--seconds``."""
+
+    def __init__(self, vocab: int, seed: int, device: str) -> None:
+        self.vocab, self.device = vocab, device
+        self.generator = torch.Generator().manual_seed(seed + 2)
+
+    def take(self, count: int) -> torch.Tensor:
+        drawn = torch.randint(
+            0, self.vocab, (1, count), generator=self.generator, dtype=torch.int32
+        )
+        return drawn.to(self.device)
 
 
 def _writer(req: SynthRequest, voice_frames: int, declaration: str) -> TraceWriter | None:

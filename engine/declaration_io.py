@@ -2,8 +2,9 @@
 
 Every error is a ``DeclarationError`` whose message starts with the YAML path of the field
 (``regions.estimator_att.retention.order``), shows the bad value and names the fix. Unknown keys
-are errors, so a typo never passes silently. Only ``yaml.safe_load`` reads files; expressions are
-parsed by :mod:`engine.expr`, never evaluated by Python.
+are errors, so a typo never passes silently. Files are read by :func:`engine.safe_yaml.read_yaml`
+(safe tags only, size, depth and alias bounds); expressions are parsed by :mod:`engine.expr`,
+never evaluated by Python.
 
 Shipped declarations live in ``assets/declarations/`` at the repository root (the same folder in
 an editable install); an installed distribution that packages ``assets`` as a package is found
@@ -17,8 +18,6 @@ import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from engine.contract import (
     CALL_PARAMETERS,
@@ -44,6 +43,8 @@ from engine.contract import (
     resolve_operating_point,
 )
 from engine.expr import Expr, Predicate, parse_predicate, predicate_names
+from engine.extents import MAX_CLOSURE_CALLS
+from engine.safe_yaml import YamlError, read_yaml
 from engine.yaml_fields import Fields, choice, entries, expr_errors, expr_field, typed
 
 REQUIRED: Any = object()
@@ -60,6 +61,10 @@ def declarations_dir() -> Path:
     if repo.is_dir() or importlib.util.find_spec("assets") is None:
         return repo
     return Path(str(importlib.resources.files("assets") / "declarations"))
+
+
+MAX_RATE_HZ = 1e7  # a clock faster than 10 MHz is no speech clock
+MAX_CATALOG_LIMIT = 4096  # catalogs are enumerated up to this width; plans count past it
 
 
 def list_declarations() -> list[str]:
@@ -87,9 +92,9 @@ def load_declaration(path_or_name: str | Path) -> Declaration:
     ``assets/declarations/`` (``"minicpmo45_token2wav"``). Raises ``DeclarationError``."""
     path = resolve_path(path_or_name)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise DeclarationError(f"{path}: not valid YAML ({error})") from None
+        document = read_yaml(path)
+    except YamlError as error:
+        raise DeclarationError(f"{error}; fix the declaration file") from None
     return parse_declaration(document, default_name=path.stem)
 
 
@@ -162,8 +167,14 @@ def _clocks(value: object, names: frozenset[str]) -> dict[str, Clock]:
             )
         if per is not None:
             choice(per, f"{path}.per", [*items, "call"])
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)):
-            raise DeclarationError(f"{path}.rate_hz: got {rate!r}; expected a number")
+        if rate is not None and (
+            isinstance(rate, bool)
+            or not isinstance(rate, int | float)
+            or not 0 < rate <= MAX_RATE_HZ  # also refuses NaN
+        ):
+            raise DeclarationError(
+                f"{path}.rate_hz: got {rate!r}; expected a number in (0, {MAX_RATE_HZ}]"
+            )
         clocks[key] = Clock(
             name=key,
             rate_hz=None if rate is None else float(rate),
@@ -279,7 +290,7 @@ def _envelope(value: object, path: str, rank: int) -> Envelope | None:
             f"{path}.shape: got {shape!r}; expected {rank} integers, one per dim"
         )
     envelope = Envelope(
-        shape=tuple(typed(size, int, f"{path}.shape", "integers") for size in shape),
+        shape=tuple(_positive(size, f"{path}.shape") for size in shape),
         dtype=choice(fields.take("dtype"), f"{path}.dtype", list(DTYPE_BYTES)),
         source=typed(fields.take("source", ""), str, f"{path}.source", "a string"),
     )
@@ -337,8 +348,8 @@ def _operators(
                 f"{path}.device_randomness",
                 "true or false",
             ),
-            catalog_limit=typed(
-                fields.take("catalog_limit", 64), int, f"{path}.catalog_limit", "an integer"
+            catalog_limit=_bounded(
+                fields.take("catalog_limit", 64), f"{path}.catalog_limit", MAX_CATALOG_LIMIT
             ),
             note=typed(fields.take("note", ""), str, f"{path}.note", "a string"),
         )
@@ -393,15 +404,27 @@ def _event(
         return StreamEvent(kind=None)
     fields = Fields(value, path)
     kind = kinds[choice(fields.take("call"), f"{path}.call", list(kinds))]
-    repeat = typed(fields.take("repeat", 1), int, f"{path}.repeat", "a positive integer")
+    repeat = _bounded(fields.take("repeat", 1), f"{path}.repeat", MAX_CLOSURE_CALLS)
     values = {
         var: _ranged(fields.take(var), f"{path}.{var}", kind.bounds(var, point))
         for var in kind.ranges
     }
     fields.close()
-    if repeat < 1:
-        raise DeclarationError(f"{path}.repeat: got {repeat}; expected a positive integer")
     return StreamEvent(kind=kind.name, values=frozen(values), repeat=repeat)
+
+
+def _positive(value: object, path: str) -> int:
+    number: int = typed(value, int, path, "a positive integer")
+    if number < 1:
+        raise DeclarationError(f"{path}: got {number}; expected a positive integer")
+    return number
+
+
+def _bounded(value: object, path: str, bound: int) -> int:
+    number = _positive(value, path)
+    if number > bound:
+        raise DeclarationError(f"{path}: got {number}; expected a positive integer <= {bound}")
+    return number
 
 
 def _ranged(value: object, path: str, bounds: tuple[int, int]) -> int:

@@ -14,6 +14,11 @@ Grammar (all arithmetic is on Python ``int``; there are no floats, calls or attr
 Predicates are mappings with exactly one key: ``le lt ge gt eq ne`` take ``[expr, expr]``,
 ``all`` and ``any`` take a list of predicates, ``not`` takes one predicate and ``in`` takes
 ``[expr, [expr, ...]]``.
+
+Bounds: an expression has at most :data:`MAX_TOKENS` tokens (which keeps the parser's and the
+evaluator's recursion well below Python's limit) and nests parentheses at most
+:data:`MAX_NESTING` deep: a declaration is data from anywhere, and 400 nested parentheses are an
+error, not a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
+MAX_TOKENS = 256  # the longest shipped expression has 9
+MAX_LITERAL = 10**15  # an integer literal's magnitude; a size or count is far smaller
+MAX_NESTING = 32  # parentheses; the deepest shipped expression nests 1
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>//|[-+*()]))")
 
 
@@ -76,14 +84,29 @@ class Expr:
         """The expression's value; raises ``ExprError`` naming any missing name."""
         return _evaluate(self.node, env, self.text)
 
+    def interval(self, env: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+        """Bounds ``(low, high)`` of the value when each name ranges over its inclusive interval.
+
+        Interval arithmetic: always encloses the true range, and is exact when every name
+        appears once (``frames_per_token * tokens``), so a plan can bound a range of 10^9 calls
+        without enumerating it. Raises ``ExprError`` when a divisor's interval holds zero.
+        """
+        return _interval(self.node, env, self.text)
+
 
 def parse_expr(source: object) -> Expr:
     """Parse an int or an expression string; raises ``ExprError`` saying what was expected."""
     if isinstance(source, bool) or not isinstance(source, int | str):
         raise ExprError(f"expected an integer or an expression string, got {source!r}")
     if isinstance(source, int):
-        return Expr(str(source), Num(source))
+        return Expr(str(source), Num(_literal(source, str(source))))
     tokens = _tokenize(source)
+    if len(tokens) > MAX_TOKENS:
+        raise ExprError(
+            f"expression {source[:40]!r}... has {len(tokens)} tokens, over the bound "
+            f"{MAX_TOKENS}: name intermediate values in operating_point"
+        )
+    _check_nesting(tokens, source)
     node, rest = _parse_sum(tokens, source)
     if rest:
         raise ExprError(f"unexpected {rest[0]!r} in expression {source!r}")
@@ -109,6 +132,30 @@ def _tokenize(source: str) -> list[str]:
     return tokens
 
 
+def _literal(value: int, source: str) -> int:
+    if abs(value) > MAX_LITERAL:
+        raise ExprError(
+            f"integer {str(value)[:20]}... in {source[:40]!r} is over the bound {MAX_LITERAL:.0e}"
+        )
+    return value
+
+
+def _check_nesting(tokens: list[str], source: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_NESTING` before the recursive parser sees it."""
+    depth = deepest = 0
+    for token in tokens:
+        if token == "(":
+            depth += 1
+        elif token == ")":
+            depth -= 1
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        raise ExprError(
+            f"expression {source[:40]!r}... nests {deepest} deep, over the bound {MAX_NESTING}: "
+            "name intermediate values in operating_point"
+        )
+
+
 def _parse_sum(tokens: list[str], source: str) -> tuple[Node, list[str]]:
     node, tokens = _parse_product(tokens, source)
     while tokens and tokens[0] in ("+", "-"):
@@ -130,7 +177,8 @@ def _parse_factor(tokens: list[str], source: str) -> tuple[Node, list[str]]:
         raise ExprError(f"expression {source!r} ends early: an operand is missing")
     head, rest = tokens[0], tokens[1:]
     if head.isdigit():
-        return Num(int(head)), rest
+        digits = head.lstrip("0")[:20] or "0"  # 20 digits already exceed the bound
+        return Num(_literal(int(digits), source)), rest
     if head == "-":
         inner, rest = _parse_factor(rest, source)
         return BinOp("-", Num(0), inner), rest
@@ -165,6 +213,24 @@ def _evaluate(node: Node, env: Mapping[str, int], text: str) -> int:
     if node.op == "//" and right == 0:
         raise ExprError(f"division by zero in {text!r}: check the operating point")
     return _BINARY[node.op](left, right)
+
+
+def _interval(node: Node, env: Mapping[str, tuple[int, int]], text: str) -> tuple[int, int]:
+    if isinstance(node, Num):
+        return node.value, node.value
+    if isinstance(node, Name):
+        if node.id not in env:
+            raise ExprError(f"unknown name {node.id!r} in {text!r}")
+        return env[node.id]
+    (a, b), (c, d) = _interval(node.left, env, text), _interval(node.right, env, text)
+    if node.op == "+":
+        return a + c, b + d
+    if node.op == "-":
+        return a - d, b - c
+    if node.op == "//" and c <= 0 <= d:
+        raise ExprError(f"division by a range that holds zero in {text!r}: check the ranges")
+    corners = [_BINARY[node.op](x, y) for x in (a, b) for y in (c, d)]
+    return min(corners), max(corners)
 
 
 # --- predicates -----------------------------------------------------------------------------

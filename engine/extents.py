@@ -21,7 +21,8 @@ from engine.contract import (
 from engine.expr import ExprError, evaluate_predicate
 
 State = dict[str, int]  # region name -> extent along its clock dim
-MAX_CLOSURE_CALLS = 100_000  # a grid closure longer than this means retention never binds
+MAX_CLOSURE_CALLS = 10_000  # a grid closure longer than this means retention never binds (the
+# longest shipped one is 2,000 calls: the backbone window at one token per call)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,42 @@ class PlannedCall:
     before: Mapping[str, int]
     peak: Mapping[str, int]
     after: Mapping[str, int]
+
+
+def check_point(decl: Declaration, env: Mapping[str, int]) -> None:
+    """Refuse an operating point whose sizes are not sizes, before any walk or price.
+
+    Every operating-point value, region reset and retention bound must be ≥ 0, every fixed dim
+    > 0, and every call's frames and advance ≥ 0 over its whole range (the grid call's frames
+    > 0). A ``DeclarationError`` names the entry, its value and the bound.
+    """
+    for name, value in env.items():
+        _at_least(value, 0, f"operating_point.{name}")
+    for region in decl.regions.values():
+        path = f"regions.{region.name}"
+        for dim in region.dims:
+            if dim.size is not None:
+                _at_least(dim.size.evaluate(env), 1, f"{path}.dims.{dim.name}")
+        _at_least(region.reset.evaluate(env), 0, f"{path}.reset")
+        _at_least(region.retention.bound(env), 0, f"{path}.retention")
+    for op in decl.operators.values():
+        for kind, extent in op.calls.items():
+            path = f"operators.{op.name}.calls.{kind}"
+            box = call_box(decl, env, kind)
+            try:
+                frames, advance = extent.frames.interval(box), extent.advance.interval(box)
+            except ExprError as error:
+                raise DeclarationError(f"{path}: {error}") from None
+            _at_least(frames[0], 1 if kind == op.grid else 0, f"{path}.frames")
+            _at_least(advance[0], 0, f"{path}.advance")
+
+
+def _at_least(value: int, low: int, path: str) -> None:
+    if value < low:
+        raise DeclarationError(
+            f"{path}: got {value}; a size must be {'positive' if low else 'non-negative'} "
+            f"(>= {low}): fix the declaration or the --set value"
+        )
 
 
 def reset_state(decl: Declaration, env: Mapping[str, int]) -> State:
@@ -145,8 +182,29 @@ def grid_closure(decl: Declaration, env: Mapping[str, int], kind: str) -> list[P
     return calls
 
 
+def call_count(decl: Declaration, env: Mapping[str, int], kind: str) -> int:
+    """How many assignments :func:`call_values` would give: counted, never enumerated."""
+    count = 1
+    for var in decl.calls[kind].ranges:
+        low, high = decl.calls[kind].bounds(var, env)
+        count *= max(0, high - low + 1)
+    return count
+
+
+def call_box(decl: Declaration, env: Mapping[str, int], kind: str) -> dict[str, tuple[int, int]]:
+    """A kind's parameters as intervals: the point ``env`` and fixed values, the ranged bounds."""
+    params = {name: (value, value) for name, value in env.items()}
+    call = decl.calls[kind]
+    params.update({var: (v, v) for var, v in ((k, e.evaluate(env)) for k, e in call.fixed.items())})
+    params.update({var: call.bounds(var, env) for var in call.ranges})
+    return params
+
+
 def call_values(decl: Declaration, env: Mapping[str, int], kind: str) -> list[dict[str, int]]:
-    """Every assignment of a kind's ranged variables (the product of their ranges)."""
+    """Every assignment of a kind's ranged variables (the product of their ranges).
+
+    Callers check :func:`call_count` first: a declaration may range over 10^9 values.
+    """
     assignments: list[dict[str, int]] = [{}]
     for var in decl.calls[kind].ranges:
         low, high = decl.calls[kind].bounds(var, env)

@@ -28,11 +28,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.arms import ARMS, Arm
-from engine.contract import DTYPE_BYTES, Declaration, Operator, Region, RetentionPolicy
+from engine.contract import (
+    DTYPE_BYTES,
+    Declaration,
+    DeclarationError,
+    Operator,
+    Region,
+    RetentionPolicy,
+)
+from engine.expr import ExprError
 from engine.extents import (
     PlannedCall,
+    call_box,
+    call_count,
     call_sizes,
     call_values,
+    check_point,
     grid_closure,
     is_admitted,
     reset_state,
@@ -85,7 +96,9 @@ class OperatorPlan:
     grid_catalog: tuple[CatalogEntry, ...]
     catalog: tuple[CatalogEntry, ...]
     width: int
-    flush_sizes: tuple[int, ...]
+    flush_sizes: tuple[int, ...]  # empty when counted
+    flush_classes: int
+    flush_counted: bool  # past the limit: ``flush_classes`` counts calls, an upper bound
     limit: int
     in_scope: bool
     device_randomness: bool
@@ -116,6 +129,16 @@ class Plan:
     prices: tuple[ArmPrice, ...]
     walk: tuple[PlannedCall, ...] = field(default=())
 
+    def over_envelope(self) -> tuple[RegionPlan, ...]:
+        """Regions whose demand exceeds their stock envelope in some dim: the stock path cannot
+        hold them at this operating point (e.g. a voice prompt longer than the cache)."""
+        return tuple(
+            r
+            for r in self.regions
+            if r.envelope_shape is not None
+            and any(d > e for d, e in zip(r.demand_shape, r.envelope_shape, strict=True))
+        )
+
     def region(self, name: str) -> RegionPlan:
         """The region plan named ``name``."""
         return next(r for r in self.regions if r.name == name)
@@ -137,12 +160,23 @@ def _writer(decl: Declaration, region: str) -> Operator | None:
 
 
 def _largest_frames(decl: Declaration, env: Mapping[str, int], op: Operator) -> int:
-    """The most frames ``op`` takes in any call it declares, admitted or not (eager runs it)."""
-    sizes = [
-        call_sizes(op, kind, decl.calls[kind].settle(values, env))[0]
-        for kind in op.calls
-        for values in call_values(decl, env, kind)
-    ]
+    """The most frames ``op`` takes in any call it declares, admitted or not (eager runs it).
+
+    A kind with more assignments than the operator's catalog limit is bounded by interval
+    arithmetic over its ranges (exact for the declared forms) instead of being enumerated.
+    """
+    sizes = []
+    for kind in op.calls:
+        if call_count(decl, env, kind) <= op.catalog_limit:
+            sizes += [
+                call_sizes(op, kind, decl.calls[kind].settle(values, env))[0]
+                for values in call_values(decl, env, kind)
+            ]
+        else:
+            try:
+                sizes.append(op.calls[kind].frames.interval(call_box(decl, env, kind))[1])
+            except ExprError as error:
+                raise DeclarationError(f"operators.{op.name}.calls.{kind}: {error}") from None
     return max(sizes, default=0)
 
 
@@ -208,6 +242,7 @@ def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> Op
     streamed = [c for c in walk(decl, env) if c.operator == op.name and c.admitted]
     grid_catalog = _entries(op, grid)
     width = len(grid_catalog)
+    flush_sizes, flush_classes, flush_counted = _flushcall_sizes(decl, env, op)
     return OperatorPlan(
         name=op.name,
         reads=op.reads,
@@ -216,7 +251,9 @@ def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> Op
         grid_catalog=grid_catalog,
         catalog=_entries(op, [c for c in grid if c.admitted] + streamed),
         width=width,
-        flush_sizes=_flushcall_sizes(decl, env, op),
+        flush_sizes=flush_sizes,
+        flush_classes=flush_classes,
+        flush_counted=flush_counted,
         limit=op.catalog_limit,
         in_scope=width <= op.catalog_limit,
         device_randomness=op.device_randomness,
@@ -231,9 +268,20 @@ def _entries(op: Operator, calls: Iterable[PlannedCall]) -> tuple[CatalogEntry, 
     return tuple(unique)
 
 
-def _flushcall_sizes(decl: Declaration, env: Mapping[str, int], op: Operator) -> tuple[int, ...]:
+def _flushcall_sizes(
+    decl: Declaration, env: Mapping[str, int], op: Operator
+) -> tuple[tuple[int, ...], int, bool]:
     """Admitted call sizes off the grid (flushes, last chunks): the flush classes, ≤ ``s_r``
-    when admission caps the advance at the stride."""
+    when admission caps the advance at the stride.
+
+    Returns ``(sizes, classes, counted)``. Past the catalog limit the assignments are counted,
+    not enumerated: ``sizes`` is then empty, ``classes`` the count (an upper bound on the
+    classes) and ``counted`` true.
+    """
+    off_grid = [kind for kind in op.calls if kind != op.grid]
+    count = sum(call_count(decl, env, kind) for kind in off_grid)
+    if count > op.catalog_limit:
+        return (), count, True
     grid_frames = call_sizes(op, op.grid, decl.calls[op.grid].settle({}, env))[0]
     sizes = set()
     for kind in op.calls:
@@ -242,7 +290,7 @@ def _flushcall_sizes(decl: Declaration, env: Mapping[str, int], op: Operator) ->
             frames, advance = call_sizes(op, kind, params)
             if frames != grid_frames and is_admitted(decl, params, frames, advance):
                 sizes.add(frames)
-    return tuple(sorted(sizes))
+    return tuple(sorted(sizes)), len(sizes), False
 
 
 # --- memory price (eq. 6) -------------------------------------------------------------------
@@ -311,6 +359,7 @@ def _input_bytes(region: Region, plan: RegionPlan, extent: int, state_rule: bool
 def make_plan(decl: Declaration, overrides: Mapping[str, int] | None = None) -> Plan:
     """The plan of ``decl`` at its operating point with ``overrides`` applied."""
     env = decl.values(overrides)
+    check_point(decl, env)
     regions = {name: region_plan(decl, env, region) for name, region in decl.regions.items()}
     operators = tuple(operator_plan(decl, env, op) for op in decl.operators.values())
     prices = tuple(memory_price(decl, regions, operators, arm) for arm in ARMS)

@@ -11,20 +11,27 @@ so a killed process (SIGKILL, power loss after the fsync) loses at most the peri
 and ``read_trace`` tolerates the one truncated line such a kill can leave at the end.
 
 The path is checked when the writer is built, BEFORE the session starts: a trace that cannot
-be written must fail at launch, not after an hour of talking. Export to Perfetto and CSV lives
-in ``engine.trace_export``.
+be written must fail at launch, not after an hour of talking. The file is an
+:class:`engine.files.Output`: created without following a symlink, locked against a second run,
+and, when it replaces an earlier trace (``overwrite``), written privately and renamed over it
+only when the writer closes, so a run that fails (``abort``) leaves the earlier trace intact.
+Export to Perfetto and CSV lives in ``engine.trace_export`` (``duplexcadence export`` rebuilds
+them from the JSONL of an interrupted run).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
+
+from engine.files import Output, OutputError, check_output
 
 __all__ = [
     "TRACE_FORMAT",
@@ -62,15 +69,10 @@ def check_trace_path(path: str | os.PathLike[str], *, overwrite: bool = False) -
             f"trace path {p} must end in .jsonl (one JSON line per period): "
             f"use {p.with_suffix('.jsonl')}"
         )
-    folder = p.parent
-    if not folder.is_dir():
-        raise TraceError(f"trace folder {folder} does not exist: create it (mkdir -p {folder})")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise TraceError(f"trace folder {folder} is not writable: choose a folder you can write")
-    if p.exists() and not overwrite:
-        raise TraceError(
-            f"trace {p} already exists: choose a new name or pass overwrite=True to replace it"
-        )
+    try:
+        check_output(p, overwrite=overwrite, flag="overwrite=True")
+    except OutputError as error:
+        raise TraceError(f"trace {error}") from None
     return p
 
 
@@ -123,11 +125,33 @@ def _json_line(obj: Mapping[str, Any], what: str) -> str:
     """One strict-JSON line, or a ``TraceError`` saying which value broke it."""
     try:
         return json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n"
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        where = _non_finite(obj) or "a value"
+        raise TraceError(
+            f"{what}: {where} is NaN or infinite (strict JSON has neither): the input or the "
+            "model produced non-finite numbers"
+        ) from exc
+    except TypeError as exc:
         raise TraceError(
             f"{what} is not strict JSON ({exc}): convert tensors with .item()/.tolist() "
-            "and replace NaN/inf before writing"
+            "before writing"
         ) from exc
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first NaN or inf in ``value``, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"`{path}`" if path else "a value"
+    items: Any = ()
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 class TraceWriter:
@@ -155,7 +179,11 @@ class TraceWriter:
         header = {"type": "header", "format": TRACE_FORMAT, **metadata}
         line = _json_line(header, "trace metadata")  # before opening: a bad header leaves no file
         try:
-            self._file: IO[str] | None = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+            self._output: Output | None = Output(
+                self.path, overwrite=overwrite, text=True, flag="overwrite=True"
+            )
+        except OutputError as exc:
+            raise TraceError(f"trace {exc}") from None
         except OSError as exc:
             raise TraceError(f"cannot open trace {self.path} ({exc}): choose another path") from exc
         self._append(line)
@@ -167,23 +195,31 @@ class TraceWriter:
         self.periods_written += 1
 
     def _append(self, line: str) -> None:
-        if self._file is None:
+        if self._output is None:
             raise TraceError(f"trace {self.path} is closed: open a new TraceWriter to write more")
         # One write of the whole line: a kill can truncate it, never interleave two periods.
-        self._file.write(line)
-        self._file.flush()
+        self._output.file.write(line)
         if self._fsync:
-            os.fsync(self._file.fileno())
+            self._output.sync()
+        else:
+            self._output.file.flush()
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Close the file, replacing the earlier trace if there was one (idempotent)."""
+        if self._output is not None:
+            output, self._output = self._output, None
+            output.commit()
+
+    def abort(self) -> None:
+        """Close after a failure: an earlier trace stays as it was; a new one keeps what was
+        written (idempotent)."""
+        if self._output is not None:
+            output, self._output = self._output, None
+            output.abort()
 
     @property
     def closed(self) -> bool:
-        return self._file is None
+        return self._output is None
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -194,7 +230,10 @@ class TraceWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        if exc_type is None or issubclass(exc_type, KeyboardInterrupt):
+            self.close()  # an interrupted session is a session: its trace counts
+        else:
+            self.abort()
 
 
 def _parse_lines(path: Path, lines: list[str]) -> list[dict[str, Any]]:

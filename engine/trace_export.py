@@ -16,15 +16,16 @@ file and never damages an earlier export of the same name.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from engine.cadence import replay_totals
-from engine.files import atomic_write
+from engine.files import OutputError, atomic_write
 from engine.trace import TraceError, read_trace
 
 __all__ = [
@@ -140,24 +141,40 @@ def to_chrome_trace(
     }
 
 
-def _atomic_write(out: Path, suffix: str, write: Callable[[IO[str]], None]) -> Path:
-    """Write via a temp file in ``out``'s folder and ``os.replace``; never a partial ``out``."""
+def _atomic_write(
+    out: Path, suffix: str, write: Callable[[IO[str]], None], overwrite: bool = True
+) -> Path:
+    """Write via a private temp file in ``out``'s folder and a rename; never a partial ``out``.
+
+    ``overwrite=False`` refuses a file already at ``out`` (derived files beside a trace must not
+    replace unrelated ones silently)."""
     if out.suffix != suffix:
         raise TraceError(f"export path {out} must end in {suffix}: use {out.with_suffix(suffix)}")
     if not out.parent.is_dir():
         raise TraceError(f"export folder {out.parent} does not exist: create it first")
-    return atomic_write(out, write, text=True)
+    try:
+        return atomic_write(out, write, text=True, overwrite=overwrite)
+    except OutputError as error:
+        raise TraceError(f"export {error}") from None
 
 
-def write_chrome_trace(obj: Mapping[str, Any], out: str | os.PathLike[str]) -> Path:
+def write_chrome_trace(
+    obj: Mapping[str, Any], out: str | os.PathLike[str], *, overwrite: bool = True
+) -> Path:
     """Write a Chrome JSON object atomically (strict JSON: NaN or a non-JSON value raises)."""
-    return _atomic_write(Path(out), ".json", lambda f: json.dump(obj, f, allow_nan=False))
+    return _atomic_write(
+        Path(out), ".json", lambda f: json.dump(obj, f, allow_nan=False), overwrite
+    )
 
 
-def export_perfetto(jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str]) -> Path:
+def export_perfetto(
+    jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, overwrite: bool = True
+) -> Path:
     """Export a JSONL trace to a Chrome/Perfetto ``.json`` file; returns its path."""
     header, records = read_trace(jsonl_path)
-    return write_chrome_trace(to_chrome_trace(header, records), out_path)
+    with _malformed(jsonl_path):
+        chrome = to_chrome_trace(header, records)
+    return write_chrome_trace(chrome, out_path, overwrite=overwrite)
 
 
 def _flat(prefix: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,7 +209,9 @@ def csv_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_csv(rows: list[dict[str, Any]], out: str | os.PathLike[str]) -> Path:
+def write_csv(
+    rows: list[dict[str, Any]], out: str | os.PathLike[str], *, overwrite: bool = True
+) -> Path:
     """Write rows atomically; columns are the union in first-seen order, gaps left empty."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
 
@@ -201,13 +220,29 @@ def write_csv(rows: list[dict[str, Any]], out: str | os.PathLike[str]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
 
-    return _atomic_write(Path(out), ".csv", write)
+    return _atomic_write(Path(out), ".csv", write, overwrite)
 
 
-def export_csv(jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str]) -> Path:
+def export_csv(
+    jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, overwrite: bool = True
+) -> Path:
     """Export a JSONL trace to a ``.csv`` with one row per period; returns its path."""
     _, records = read_trace(jsonl_path)
-    return write_csv(csv_rows(records), out_path)
+    with _malformed(jsonl_path):
+        rows = csv_rows(records)
+    return write_csv(rows, out_path, overwrite=overwrite)
+
+
+@contextlib.contextmanager
+def _malformed(path: str | os.PathLike[str]) -> Iterator[None]:
+    """A record without the fields a period has: one line naming the trace, not a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise TraceError(
+            f"{path}: a period record is malformed ({type(error).__name__}: {error}): "
+            "export only traces written by converse or synth"
+        ) from None
 
 
 def _event_problems(i: int, e: Any) -> list[str]:

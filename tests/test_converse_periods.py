@@ -56,12 +56,12 @@ def test_bad_inputs_name_the_fix(tmp_path: Path) -> None:
         WavSink(tmp_path / "no" / "out.wav", 24_000)
 
 
-def test_wav_sink_writes_once_atomically(tmp_path: Path) -> None:
+def test_wav_sink_streams_a_valid_wav_after_every_period(tmp_path: Path) -> None:
     path = tmp_path / "out.wav"
     sink = WavSink(path, 24_000)
     sink.write(np.full(24_000, 0.25, np.float32))
+    assert soundfile.info(path).frames == 24_000  # on disk and valid before close
     sink.write(np.full((1, 12_000), 2.0, np.float32))  # clipped to full scale on write
-    assert not path.exists()  # nothing on disk until close
     assert sink.close() == path and sink.close() == path
     audio, rate = soundfile.read(path, dtype="float32")
     assert rate == 24_000 and audio.size == 36_000 and audio.max() <= 1.0
@@ -69,6 +69,34 @@ def test_wav_sink_writes_once_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.wav"]
     with pytest.raises(RuntimeError, match="closed"):
         sink.write(np.zeros(10, np.float32))
+
+
+def test_wav_sink_replaces_an_earlier_file_only_when_asked_and_only_on_success(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "keep.wav"
+    soundfile.write(path, np.full(100, 0.5, np.float32), 24_000, subtype="PCM_16")
+    earlier = path.read_bytes()
+    with pytest.raises(ValueError, match="--force"):
+        WavSink(path, 24_000)
+    failed = WavSink(path, 24_000, overwrite=True)
+    failed.write(np.zeros(10, np.float32))
+    assert path.read_bytes() == earlier  # the new one is private until it succeeds
+    failed.abort()
+    assert path.read_bytes() == earlier and sorted(tmp_path.iterdir()) == [path]
+    done = WavSink(path, 24_000, overwrite=True)
+    done.write(np.array([np.nan, 0.1], np.float32))
+    done.close()
+    assert soundfile.info(path).frames == 2 and done.nonfinite == 1
+
+
+def test_wav_source_refuses_nan_before_any_period(tmp_path: Path) -> None:
+    path = tmp_path / "nan.wav"
+    audio = tone(16_000, 1.0)
+    audio[8_000] = np.nan
+    soundfile.write(path, audio, 16_000, subtype="FLOAT")
+    with pytest.raises(ValueError, match=r"holds NaN or infinite samples \(first at 0\.500 s\)"):
+        WavSource(path, 16_000)
 
 
 def test_silence_source_counts_down() -> None:

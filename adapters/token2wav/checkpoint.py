@@ -30,7 +30,7 @@ from adapters.token2wav.dit import ENVELOPE_FRAMES, DiT
 from adapters.token2wav.encoder import UpsampleConformerEncoderV2
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec
 from adapters.token2wav.hift import HiFTGenerator, build_hift, load_hift
-from adapters.weights import randomize_
+from adapters.weights import load_state, randomize_
 
 __all__ = ["REQUIRED_FILES", "CheckpointError", "build_flow", "load_token2wav"]
 
@@ -108,9 +108,7 @@ def load_token2wav(
 
 def load_flow_state(flow: nn.Module, path: Path) -> None:
     """Load the state_dict at ``path`` into ``flow`` strictly, with errors that name the keys."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} holds a {type(state).__name__}; expected a state_dict")
+    state = load_state(path, CheckpointError)
     expected = flow.state_dict()
     missing = [key for key in expected if key not in state]
     unexpected = [key for key in state if key not in expected]

@@ -15,12 +15,15 @@ random build uses when no checkpoint folder is given.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from engine.safe_yaml import BoundedLoader, YamlError, parse_yaml, read_yaml
 
 
 class CheckpointError(ValueError):
@@ -160,8 +163,9 @@ _ENCODER_IGNORED = ("dropout_rate", "positional_dropout_rate", "attention_dropou
 _FLOW_FIXED: dict[str, Any] = {"output_type": "mel"}
 
 
-class _FlowYamlLoader(yaml.SafeLoader):
-    """SafeLoader that reads hyperpyyaml tags as data and never imports or calls anything."""
+class _FlowYamlLoader(BoundedLoader):
+    """A bounded SafeLoader that reads hyperpyyaml tags as data and never imports or calls
+    anything."""
 
 
 def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tagged:
@@ -192,30 +196,45 @@ for _kind in ("new", "name", "apply"):
 _FlowYamlLoader.add_constructor("!ref", _construct_ref)
 
 
-def load_flow_yaml(text: str) -> dict[str, Any]:
-    """Parse hyperpyyaml text into plain data with :class:`Tagged` records, references resolved."""
+def load_flow_yaml(text: str, name: str = "flow.yaml") -> dict[str, Any]:
+    """Parse hyperpyyaml text into plain data with :class:`Tagged` records, references resolved.
+
+    The file comes from the internet: it is read within :mod:`engine.safe_yaml`'s size, depth and
+    alias bounds, and the references it resolves share the same budget of values.
+    """
     try:
-        root = yaml.load(text, Loader=_FlowYamlLoader)
-    except yaml.YAMLError as error:
-        raise CheckpointError(f"flow.yaml is not valid YAML: {error}") from error
+        root = parse_yaml(text, name, loader=_FlowYamlLoader)
+    except YamlError as error:
+        raise CheckpointError(f"{error}; is this a Token2Wav checkpoint's flow.yaml?") from None
+    return _resolved_root(root, name)
+
+
+def _resolved_root(root: Any, name: str) -> dict[str, Any]:
     if not isinstance(root, dict):
-        raise CheckpointError("flow.yaml must be a mapping with a top-level `flow:` entry")
-    resolved = _resolve(root, root, depth=0)
+        raise CheckpointError(f"{name} must be a mapping with a top-level `flow:` entry")
+    resolved = _resolve(root, root, depth=0, budget=[_FlowYamlLoader.max_nodes])
     assert isinstance(resolved, dict)
     return resolved
 
 
-def _resolve(value: Any, root: dict[str, Any], depth: int) -> Any:
+def _resolve(value: Any, root: dict[str, Any], depth: int, budget: list[int]) -> Any:
+    """``value`` with ``!ref``s replaced by copies; ``budget`` counts down the values made."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise CheckpointError(
+            f"flow.yaml: `!ref` references expand to more than {_FlowYamlLoader.max_nodes} "
+            "values (the bound); point them at plain values"
+        )
     if depth > 32:
         raise CheckpointError("flow.yaml: `!ref` references form a cycle; point them at values")
     if isinstance(value, _Ref):
-        return _resolve(_lookup(root, value.path), root, depth + 1)
+        return _resolve(_lookup(root, value.path), root, depth + 1, budget)
     if isinstance(value, Tagged):
-        return dataclasses.replace(value, args=_resolve(value.args, root, depth))
+        return dataclasses.replace(value, args=_resolve(value.args, root, depth, budget))
     if isinstance(value, dict):
-        return {key: _resolve(item, root, depth) for key, item in value.items()}
+        return {key: _resolve(item, root, depth, budget) for key, item in value.items()}
     if isinstance(value, list):
-        return [_resolve(item, root, depth) for item in value]
+        return [_resolve(item, root, depth, budget) for item in value]
     return value
 
 
@@ -230,8 +249,16 @@ def _lookup(root: dict[str, Any], path: str) -> Any:
 
 
 def read_flow_config(path: Path) -> FlowConfig:
-    """Read the ``flow.yaml`` at ``path`` (see :func:`flow_config_from_yaml`)."""
-    return flow_config_from_yaml(path.read_text())
+    """Read the ``flow.yaml`` at ``path`` within the YAML bounds (see
+    :func:`flow_config_from_yaml`)."""
+    try:
+        root = read_yaml(path, loader=_FlowYamlLoader)
+    except YamlError as error:
+        raise CheckpointError(f"{error}; is this a Token2Wav checkpoint's flow.yaml?") from None
+    try:
+        return _flow_config(_resolved_root(root, str(path)))
+    except CheckpointError as error:  # name the file the user must look at, not just its name
+        raise CheckpointError(str(error).replace("flow.yaml", str(path), 1)) from None
 
 
 def flow_config_from_yaml(text: str) -> FlowConfig:
@@ -239,9 +266,13 @@ def flow_config_from_yaml(text: str) -> FlowConfig:
 
     Only the ``flow`` entry is read (the file may carry other entries: sample rates, mel settings).
     Raises :class:`CheckpointError` naming the key, the value and what we support for a wrong tag,
-    an unknown key, a missing required key, a value of the wrong type or an unsupported option.
+    an unknown key, a missing required key, a value of the wrong type or an unsupported option,
+    and every size outside ``(0, SIZE_FACTOR × the released value]``.
     """
-    root = load_flow_yaml(text)
+    return _flow_config(load_flow_yaml(text))
+
+
+def _flow_config(root: dict[str, Any]) -> FlowConfig:
     if "flow" not in root:
         raise CheckpointError("flow.yaml has no top-level `flow:` entry (the flow model's record)")
     flow = _fields(root["flow"], "flow", FLOW_TAG)
@@ -294,21 +325,39 @@ def _typed(
     out: dict[str, Any] = {}
     for key, value in values.items():
         default = getattr(schema(), key)
-        out[key] = _coerce(value, type(default), f"{where}.{key}")
+        out[key] = _coerce(value, default, f"{where}.{key}")
     return out
 
 
-def _coerce(value: Any, kind: type, where: str) -> Any:
+SIZE_FACTOR = 4
+"""Every number in ``flow.yaml`` must lie in ``(0, SIZE_FACTOR × the released value]`` (the
+dataclass defaults above), checked before a single block is built: the bound a checkpoint of
+this family justifies. Four times the released depth and width is already a flow of ~16x the
+released parameters with a stock cache envelope of several GB; a larger value is a broken or
+hostile file (``depth: 100000`` would build blocks until memory runs out)."""
+
+
+def _coerce(value: Any, released: Any, where: str) -> Any:
+    kind = type(released)
     if kind is bool:
-        ok = isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    else:  # float: YAML may write 2 for 2.0
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    if not ok:
+        if not isinstance(value, bool):
+            raise CheckpointError(
+                f"flow.yaml `{where}` = {value!r} is not supported; give true or false"
+            )
+        return value
+    number = (kind is int and isinstance(value, int)) or (
+        kind is float and isinstance(value, int | float)  # YAML may write 2 for 2.0
+    )
+    if not number or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
         raise CheckpointError(
             f"flow.yaml `{where}` = {value!r} is not supported; "
-            f"we support a positive {kind.__name__}"
+            f"we support a positive, finite {kind.__name__}"
+        )
+    bound = SIZE_FACTOR * released
+    if value > bound:
+        raise CheckpointError(
+            f"flow.yaml `{where}` = {value!r} exceeds the bound {bound} "
+            f"({SIZE_FACTOR} x the released {released}); is this a Token2Wav flow.yaml?"
         )
     return kind(value)
 

@@ -104,11 +104,28 @@ class Token2WavFamily:
                 )
         if request.voice is not None:
             self._check_voice(request.voice, request.checkpoint)
+        else:
+            self._check_voice_frames(request.voice_frames)
         if not request.envelope and not request.arm.state_rule:
             raise FamilyError(
                 f"arm {request.arm} runs the stock path, which needs the cache envelope: "
                 "choose S, SR or SRc, or load the envelope",
                 "arm",
+            )
+
+    def _check_voice_frames(self, frames: int) -> None:
+        """A random voice's prompt must fit every region's stock envelope (the declaration's:
+        844 frames for MiniCPM-o 4.5), before anything is allocated for it."""
+        from engine.declaration_io import load_declaration
+        from engine.plan import make_plan
+
+        plan = make_plan(load_declaration(self.declaration), {"f_prompt": frames})
+        for region in plan.over_envelope():
+            raise FamilyError(
+                f"voice_frames = {frames}: region {region.name} would need "
+                f"{region.demand_shape}, over its stock envelope {region.envelope_shape}; "
+                "give a shorter voice (the default has 302 frames)",
+                "voice_frames",
             )
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:

@@ -31,7 +31,7 @@ from adapters.token2wav.config import CheckpointError
 from adapters.token2wav.f0 import ConvRNNF0Predictor
 from adapters.token2wav.istft import IstftFn, capturable_istft, check_nola, torch_istft
 from adapters.token2wav.nsf import SourceModule
-from adapters.weights import randomize_
+from adapters.weights import load_state, randomize_
 
 IstftMode = Literal["torch", "capturable"]
 _ISTFT: dict[str, IstftFn] = {"torch": torch_istft, "capturable": capturable_istft}
@@ -308,9 +308,7 @@ def load_hift(
         raise FileNotFoundError(
             f"HiFT checkpoint {path} not found: point at the Token2Wav folder's hift_original.pt"
         )
-    raw = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path} holds a {type(raw).__name__}, expected a state_dict")
+    raw = load_state(path, CheckpointError)
     state = {key.removeprefix("generator."): value for key, value in raw.items()}
     model = build_hift(None, config, istft)
     _check_shapes(model, state, path)
