@@ -1,0 +1,112 @@
+"""Moshi streams for the tests: seeded random weights, seeded noise in (never zeros), the
+vendor's own loop as the reference. CPU at the small size; the GPU tests pass ``full``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from adapters.moshi.checkpoint import MoshiModels, build_models
+from adapters.moshi.config import size_for
+from adapters.moshi.frame import vendor_graphs_off
+from adapters.moshi.stream import FrameOut, MoshiStream
+from engine.arms import Arm
+from engine.contract import load_declaration
+from engine.replay import ReplayEngine
+
+DECLARATION = load_declaration("moshi")
+SPF = DECLARATION.values()["samples_per_frame"]
+
+
+def models(seed: int = 3, size: str = "small", device: str = "cpu") -> MoshiModels:
+    return build_models(size_for(size, DECLARATION), None, torch.device(device), seed)
+
+
+def make_stream(
+    arm: Arm,
+    *,
+    seed: int = 3,
+    size: str = "small",
+    device: str = "cpu",
+    sdpa: str = "default",
+    engine: ReplayEngine | None = None,
+) -> tuple[MoshiStream, ReplayEngine]:
+    from moshi.models.lm import LMGen
+
+    m = models(seed, size, device)
+    engine = engine or ReplayEngine(device, strict=True, poison=True)
+    stream = MoshiStream(
+        m.mimi, LMGen(m.lm), engine=engine, arm=arm, samples_per_frame=SPF, sdpa=sdpa
+    )
+    return stream, engine
+
+
+def noise(n: int, seed: int, device: str = "cpu") -> list[Tensor]:
+    """``n`` frames of seeded noise with a speech-like level that comes and goes."""
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (0.05 + 0.3 * (i % 7 < 4)) * torch.randn((1, 1, SPF), generator=g).to(device)
+        for i in range(n)
+    ]
+
+
+def run(
+    stream: MoshiStream,
+    frames: Sequence[Tensor],
+    *,
+    seed: int = 0,
+    reset_at: Sequence[int] = (),
+    switch: dict[int, Arm] | None = None,
+) -> list[FrameOut]:
+    """The stream over ``frames`` from a seeded generator, resets and arm switches on the way."""
+    torch.manual_seed(seed)
+    outs = []
+    for i, frame in enumerate(frames):
+        if i in reset_at:
+            stream.reset()
+        if switch and i in switch:
+            stream.set_arm(switch[i])
+        outs.append(stream.step(frame))
+    return outs
+
+
+def vendor_run(
+    m: MoshiModels, frames: Sequence[Tensor], *, seed: int = 0, reset_at: Sequence[int] = ()
+) -> list[tuple[Tensor | None, Tensor | None]]:
+    """The ``moshi`` package's own loop (its graphs off): encode, ``LMGen.step``, decode."""
+    from moshi.models.lm import LMGen
+
+    gen = LMGen(m.lm)
+    m.mimi.streaming_forever(1)
+    gen.streaming_forever(1)
+    torch.manual_seed(seed)
+    outs: list[tuple[Tensor | None, Tensor | None]] = []
+    device = next(m.lm.parameters()).device
+    with vendor_graphs_off(device), torch.no_grad():
+        for i, frame in enumerate(frames):
+            if i in reset_at:
+                m.mimi.reset_streaming()
+                gen.reset_streaming()
+            tokens = gen.step(m.mimi.encode(frame))
+            if tokens is None:  # the first frame after a reset: nothing generated yet
+                outs.append((None, None))
+                continue
+            outs.append((tokens.clone(), m.mimi.decode(tokens[:, 1:]).clone()))
+    return outs
+
+
+def first_difference(a: Sequence[FrameOut], b: Sequence[FrameOut]) -> str | None:
+    """Where two runs first differ (tokens or speech), or None when equal bit for bit."""
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if not torch.equal(x.tokens, y.tokens):
+            return (
+                f"frame {i}: tokens {x.tokens.flatten().tolist()} != {y.tokens.flatten().tolist()}"
+            )
+        if (x.pcm is None) != (y.pcm is None):
+            return f"frame {i}: speech present in one run only"
+        if x.pcm is not None and not torch.equal(x.pcm, y.pcm):
+            return f"frame {i}: speech differs by {(x.pcm - y.pcm).abs().max().item():.3g}"
+    return None
