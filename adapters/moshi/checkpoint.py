@@ -74,7 +74,7 @@ def build_models(
 
     dtype = _dtype(device)
     lm_kwargs = size.lm_kwargs(loaders._lm_kwargs, files.lm_kwargs if files else None)
-    mimi_config = size.mimi_config(loaders._mimi_config)
+    mimi_config = size.mimi_config(loaders._mimi_config, files.mimi_config if files else None)
     dep_q = size.point["dep_q"]
     check_memory(device, memory_needed(size, lm_kwargs, dtype))
     if files is None:
@@ -103,6 +103,8 @@ def _load(path: Path, build: Any, *args: Any, **kwargs: Any) -> Any:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         detail = next((line for line in lines if "size mismatch" in line), None)
         detail = detail or (lines[1] if len(lines) > 1 else lines[0] if lines else repr(error))
+        if len(detail) > 160:
+            detail = detail[:157] + "..."
         raise CheckpointError(f"{path.name} does not fit the Moshi config: {detail}") from None
 
 

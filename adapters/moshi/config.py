@@ -77,6 +77,7 @@ class FolderFiles:
     tokenizer: Path
     lm_kwargs: dict[str, Any] | None  # None: the vendor's built-in 7B arguments
     lm_gen: dict[str, Any] = field(default_factory=dict)  # sampling defaults from config.json
+    mimi_config: dict[str, Any] | None = None  # the file config.json's mimi_config_name names
 
 
 def check_folder(folder: Path) -> FolderFiles:
@@ -90,21 +91,19 @@ def check_folder(folder: Path) -> FolderFiles:
     config_path = folder / CONFIG_FILE
     lm_kwargs: dict[str, Any] | None = None
     lm_gen: dict[str, Any] = {}
+    mimi_config: dict[str, Any] | None = None
     names = {"moshi_name": MOSHI_FILE, "mimi_name": MIMI_FILE, "tokenizer_name": TOKENIZER_FILE}
     if config_path.is_file():
-        try:
-            raw = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"{config_path} is not readable JSON: {error}") from None
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{config_path} must hold a JSON object")
-        lm_kwargs = dict(raw)
+        lm_kwargs = _json(config_path)
         for key in names:
             names[key] = str(lm_kwargs.pop(key, names[key]))
         lm_gen = dict(lm_kwargs.pop("lm_gen_config", {}) or {})
         model_type = lm_kwargs.pop("model_type", "moshi")
-        for key in ("tts_config", "stt_config", "model_id", "mimi_config_name"):
+        for key in ("tts_config", "stt_config", "model_id"):
             lm_kwargs.pop(key, None)
+        mimi_name = lm_kwargs.pop("mimi_config_name", None)
+        if mimi_name is not None:
+            mimi_config = _json(folder / str(mimi_name))
         unsupported = [k for k in ("lora_name", "conditioners", "fuser") if lm_kwargs.get(k)]
         if model_type != "moshi" or unsupported:
             what = f"model_type {model_type!r}" if model_type != "moshi" else unsupported[0]
@@ -128,7 +127,18 @@ def check_folder(folder: Path) -> FolderFiles:
         files["tokenizer_name"],
         lm_kwargs,
         lm_gen,
+        mimi_config,
     )
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path} is not readable JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return dict(raw)
 
 
 @dataclass(frozen=True)
@@ -174,10 +184,22 @@ class MoshiSize:
             )
         return kwargs
 
-    def mimi_config(self, base: dict[str, Any]) -> dict[str, Any]:
-        """Mimi's config dicts (the vendor's, with the declared transformer and, small, the
-        narrower SEANet and quantizer)."""
+    def mimi_config(
+        self, base: dict[str, Any], folder_config: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Mimi's config dicts: the folder's (its ring checked against the declaration), else
+        the vendor's with the declared transformer and, small, the narrower SEANet and
+        quantizer."""
         p = self.point
+        if folder_config is not None:
+            context = folder_config.get("transformer", {}).get("context")
+            if context != p["mimi_capacity"]:
+                raise CheckpointError(
+                    f"the Mimi config has context={context}, but the declaration bounds it at "
+                    f"mimi_capacity={p['mimi_capacity']}: declare the checkpoint's value in "
+                    "moshi.yaml"
+                )
+            return folder_config
         config = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
         transformer = config["transformer"]
         transformer |= {
