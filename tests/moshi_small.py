@@ -73,11 +73,28 @@ def run(
 
 
 def vendor_run(
-    m: MoshiModels, frames: Sequence[Tensor], *, seed: int = 0, reset_at: Sequence[int] = ()
+    m: MoshiModels,
+    frames: Sequence[Tensor],
+    *,
+    seed: int = 0,
+    reset_at: Sequence[int] = (),
+    sdpa: str = "default",
 ) -> list[tuple[Tensor | None, Tensor | None]]:
-    """The ``moshi`` package's own loop (its graphs off): encode, ``LMGen.step``, decode."""
+    """The ``moshi`` package's own loop (its graphs off): encode, ``LMGen.step``, decode; with
+    ``sdpa`` pinned in its temporal step only, as our ``lm_step`` pins it."""
     from moshi.models.lm import LMGen
 
+    if sdpa != "default":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[sdpa]
+        forward_text = m.lm.forward_text
+
+        def pinned(*args: object) -> object:
+            with sdpa_kernel([backend]):
+                return forward_text(*args)
+
+        m.lm.forward_text = pinned  # read when LMGen starts streaming
     gen = LMGen(m.lm)
     m.mimi.streaming_forever(1)
     gen.streaming_forever(1)
@@ -110,3 +127,43 @@ def first_difference(a: Sequence[FrameOut], b: Sequence[FrameOut]) -> str | None
         if x.pcm is not None and not torch.equal(x.pcm, y.pcm):
             return f"frame {i}: speech differs by {(x.pcm - y.pcm).abs().max().item():.3g}"
     return None
+
+
+def digest(outs: Sequence[FrameOut]) -> str:
+    """A hash of a run's token stream and speech, bit for bit."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for out in outs:
+        h.update(out.tokens.cpu().numpy().tobytes())
+        if out.pcm is not None:
+            h.update(out.pcm.cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    """One run in its own process: ``python -m tests.moshi_small --device cuda --size full
+    --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--frames", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arm", default="SRc")
+    parser.add_argument("--sdpa", default=None, help="default: the declared kernel on CUDA")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    declared = DECLARATION.operators["lm_step"].kernels.get("sdpa", "default")
+    sdpa = args.sdpa or (declared if args.device.startswith("cuda") else "default")
+    stream, _ = make_stream(
+        Arm.parse(args.arm), seed=args.seed, size=args.size, device=args.device, sdpa=sdpa
+    )
+    outs = run(stream, noise(args.frames, seed=args.seed + 100, device=args.device), seed=args.seed)
+    print(json.dumps({"digest": digest(outs), "frames": len(outs), "sdpa": sdpa}))
+
+
+if __name__ == "__main__":
+    main()

@@ -71,3 +71,17 @@ def test_reset_is_in_place() -> None:
     run(stream, noise(3, seed=15))
     assert [(t.data_ptr(), tuple(t.shape)) for t in stream.written()] == before
     assert stream.frames == 3
+
+
+def test_runs_in_separate_processes_agree() -> None:
+    """The harness of the GPU reproducibility test (3 processes x 500 frames on the 7B), small."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "tests.moshi_small", "--frames", "12", "--seed", "4"]
+    runs = [
+        subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+        for _ in range(2)
+    ]
+    assert len({json.loads(run.stdout)["digest"] for run in runs}) == 1
