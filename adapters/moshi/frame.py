@@ -68,7 +68,7 @@ class FrameOps:
     """The four operators of one frame over ``mimi`` and ``lm_gen`` (both streaming, batch 1).
 
     ``sdpa`` pins the temporal step's attention backend (``default``: torch's choice). The
-    depformer's ring must be streaming (``depformer.streaming_forever(1)``) before the first call.
+    depformer must be streaming too (it streams detached from the LM) before the first call.
     """
 
     def __init__(self, mimi: Any, lm_gen: Any, *, sdpa: str = "default") -> None:
@@ -90,20 +90,8 @@ class FrameOps:
     @property
     def _state(self) -> Any:
         state = self.lm_gen._streaming_state
-        assert state is not None, "lm_gen must be streaming: lm_gen.streaming_forever(1)"
+        assert state is not None, "lm_gen must be streaming: with lm_gen.streaming(1): ..."
         return state
-
-    def rings(self) -> list[Tensor]:
-        """Every ring cache and delay cache the operators write in place (address-stable)."""
-        out: list[Tensor] = []
-        for module in (self.mimi, self.lm, self.lm.depformer):
-            for m in module.modules():
-                state = getattr(m, "_streaming_state", None)
-                kv = getattr(state, "kv_cache", None)
-                if kv is not None:
-                    out += [kv.cache, kv.end_offset]
-        state = self._state
-        return [*dict.fromkeys(out), state.cache, state.offsets]
 
     # -- the four operators -------------------------------------------------------------------
 

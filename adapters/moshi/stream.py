@@ -35,6 +35,7 @@ Mimi's replay is simulated.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,9 +77,9 @@ class MoshiStream:
         samples_per_frame: int,
         sdpa: str,
     ) -> None:
-        mimi.streaming_forever(1)
-        lm_gen.streaming_forever(1)
-        lm_gen.lm_model.depformer.streaming_forever(1)
+        self._streaming = ExitStack()
+        for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
+            self._streaming.enter_context(module.streaming(1))
         self.ops = FrameOps(mimi, lm_gen, sdpa=sdpa)
         self.engine, self.device = engine, lm_gen.lm_model.device
         self.spf, self.dep_q = samples_per_frame, self.ops.dep_q
@@ -126,6 +127,11 @@ class MoshiStream:
         self.ops.mimi.reset_streaming()
         self.ops.lm_gen.reset_streaming()
         self.frames = 0
+
+    def close(self) -> None:
+        """Stop streaming (the models can stream again, e.g. under another stream); the stream
+        must not step afterwards."""
+        self._streaming.close()
 
     def _by_operator(self, pcm: Tensor, speak: bool, span: Callable[[str], Any] | None) -> FrameOut:
         r, arm = self.regions, self._arm
