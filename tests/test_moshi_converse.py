@@ -45,6 +45,8 @@ def test_moshi_is_registered_and_loads_small_on_the_cpu() -> None:
     assert (model.period_s, model.input_rate, model.output_rate) == (0.08, 24_000, 24_000)
     assert loaded.has_text and loaded.weights_synthetic and loaded.engine.sealed
     assert loaded.warmup["arms"] == ["R", "Rc", "SR", "SRc"]
+    rings = {"lm_kv": [3000], "depformer_kv": [8], "mimi_kv": [250]}  # moshi.yaml's capacities
+    assert loaded.facts["rings"] == rings
     g = np.random.default_rng(3)
     steps = [model.step((0.2 * g.standard_normal(1920)).astype(np.float32)) for _ in range(6)]
     assert steps[0].audio == [] and all(len(s.audio) == 1 for s in steps[1:])

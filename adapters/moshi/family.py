@@ -115,6 +115,7 @@ class MoshiFamily:
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
         )
+        _check_rings(stream, values)
         progress("loading", 1.0)
         warmup = warm_up(stream, engine, seed=request.seed, report=progress)
         warmup["build_s"] = round(build_s, 3)
@@ -138,6 +139,7 @@ class MoshiFamily:
             facts={
                 "model_size": size.name,
                 "temporal_sdpa": stream.ops.sdpa,
+                "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
                 "sampling": {
                     "temp": lm_gen.temp,
                     "temp_text": lm_gen.temp_text,
@@ -147,6 +149,22 @@ class MoshiFamily:
             },
             has_text=True,
         )
+
+
+def _check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
+    """The state rule: every ring holds exactly what the declaration bounds."""
+    declared = {
+        "lm_kv": values["main_capacity"],
+        "depformer_kv": values["depformer_capacity"],
+        "mimi_kv": values["mimi_capacity"],
+    }
+    for region, capacities in stream.ring_capacities().items():
+        if capacities != {declared[region]}:
+            raise FamilyError(
+                f"the model's {region} rings hold {sorted(capacities)} entries, but moshi.yaml "
+                f"bounds them at {declared[region]}: declare the checkpoint's value",
+                "checkpoint",
+            )
 
 
 def warm_up(

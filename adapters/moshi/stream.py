@@ -84,8 +84,7 @@ class MoshiStream:
         self.engine, self.device = engine, lm_gen.lm_model.device
         self.spf, self.dep_q = samples_per_frame, self.ops.dep_q
         dim, dtype = lm_gen.lm_model.dim, lm_gen.lm_model.dtype
-        region = _Regions(self.spf, self.dep_q, dim, dtype, self.device)
-        self.regions = region
+        self.regions = _Regions(self.spf, self.dep_q, dim, dtype, self.device)
         self._states = _streaming_states(mimi, lm_gen)
         for state in self._states:
             _pin_tensors(state)
@@ -127,6 +126,20 @@ class MoshiStream:
         self.ops.mimi.reset_streaming()
         self.ops.lm_gen.reset_streaming()
         self.frames = 0
+
+    def ring_capacities(self) -> dict[str, set[int]]:
+        """The rings' capacities by declared region: ``lm_kv`` (the temporal transformer),
+        ``depformer_kv`` and ``mimi_kv`` (Mimi's two transformers)."""
+        lm = self.ops.lm
+        parts = {"lm_kv": lm.transformer, "depformer_kv": lm.depformer, "mimi_kv": self.ops.mimi}
+        return {
+            region: {
+                m._streaming_state.kv_cache.capacity
+                for m in module.modules()
+                if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
+            }
+            for region, module in parts.items()
+        }
 
     def close(self) -> None:
         """Stop streaming (the models can stream again, e.g. under another stream); the stream
