@@ -70,8 +70,9 @@ class MoshiFamily:
             ) from None
         if request.model_size == "small":
             raise FamilyError(
-                f"checkpoint {request.checkpoint} holds the 7B, but the model size is small "
-                f"(auto picks small on {request.device}): set the model size to full",
+                f"checkpoint {request.checkpoint} sets its own size (the 7B, or what its "
+                "config.json says), but the model size is small (auto picks small on "
+                f"{request.device}): set the model size to full",
                 "model_size",
             )
 
