@@ -7,6 +7,7 @@
 #   DUPLEXCADENCE_BENCH=tests   only the gpu tests     (about 5 minutes on an H200)
 #   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
 #   DUPLEXCADENCE_BENCH=all     both (the default)
+#   DUPLEXCADENCE_BENCH=moshi   only bench/moshi.py (about 5 minutes; the 7B needs ~17 GB)
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for bench/token2wav.py (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
@@ -46,6 +47,10 @@ if [[ "$what" == all || "$what" == tests ]]; then
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
     python3 bench/token2wav.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/token2wav.log" | grep -v '^capture'
+    ((PIPESTATUS[0] == 0)) || status=1
+fi
+if [[ "$what" == moshi ]]; then
+    python3 bench/moshi.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/moshi.log" | grep -v '^capture'
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"

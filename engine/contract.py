@@ -239,7 +239,8 @@ class DeclaredCall:
 class Operator:
     """An operator: regions read and written, its call extents per call kind, the kind whose
     constant stride spans its catalog grid, its catalog limit and whether it may draw device
-    randomness (host randomness is never admitted)."""
+    randomness (host randomness is never admitted). ``kernels`` pins kernel choices that
+    change its bits (``sdpa``: the attention backend, one of :data:`SDPA_KERNELS`)."""
 
     name: str
     reads: tuple[str, ...]
@@ -249,6 +250,11 @@ class Operator:
     device_randomness: bool = False
     catalog_limit: int = 64
     note: str = ""
+    kernels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Attention backends an operator may pin (``default``: torch's own choice per call).
+SDPA_KERNELS = ("default", "math", "efficient", "flash", "cudnn")
 
 
 @dataclass(frozen=True)

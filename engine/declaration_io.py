@@ -23,6 +23,7 @@ from engine.contract import (
     CALL_PARAMETERS,
     DTYPE_BYTES,
     HOST_RANDOMNESS_FORBIDDEN,
+    SDPA_KERNELS,
     STEADY_KIND,
     CallExtent,
     Clock,
@@ -352,6 +353,7 @@ def _operators(
                 fields.take("catalog_limit", 64), f"{path}.catalog_limit", MAX_CATALOG_LIMIT
             ),
             note=typed(fields.take("note", ""), str, f"{path}.note", "a string"),
+            kernels=frozen(_kernels(fields.take("kernels", {}), f"{path}.kernels")),
         )
         fields.close()
         if kinds[operator.grid].ranges:
@@ -368,6 +370,17 @@ def _operators(
             writers[region] = key
         operators[key] = operator
     return operators
+
+
+def _kernels(value: object, path: str) -> dict[str, str]:
+    """An operator's pinned kernels: ``{sdpa: <backend>}`` (the only choice so far)."""
+    fields = Fields(value, path)
+    kernels = {}
+    sdpa = fields.take("sdpa", None)
+    if sdpa is not None:
+        kernels["sdpa"] = choice(sdpa, f"{path}.sdpa", list(SDPA_KERNELS))
+    fields.close()
+    return kernels
 
 
 def _checked_kinds(value: object, path: str, kinds: Mapping[str, DeclaredCall]) -> dict[str, Any]:

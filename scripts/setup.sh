@@ -57,6 +57,9 @@ echo "setup: installing duplexcadence and its test tools"
 "${pip[@]}" -e ".[test]"
 # The exactness oracle: the vendor's own modules, without their heavy dependency set.
 "${pip[@]}" --no-deps "minicpmo-utils==1.0.7"
+# The Moshi family's model code (and its oracle): it pins torch<2.10 and numpy<2.3, which we
+# cannot take; its model modules need only what the test extra installs (pyproject: moshi).
+"${pip[@]}" --no-deps "moshi==0.2.13"
 # The feature oracles read torchaudio's pure-torch kaldi.py and Resample (its native library does
 # not load beside a newer torch): unpacked beside the venv, never imported as a package.
 [[ -f "$venv/oracle/torchaudio/compliance/kaldi.py" ]] ||

@@ -259,9 +259,8 @@ class SettingsDialog(QDialog):
         return dialog
 
     def _browse_checkpoint(self) -> None:
-        chosen = QFileDialog.getExistingDirectory(
-            self, "Token2Wav checkpoint folder", self.checkpoint.text()
-        )
+        title = f"{family(self.family.currentData()).title}: checkpoint folder"
+        chosen = QFileDialog.getExistingDirectory(self, title, self.checkpoint.text())
         if chosen:
             self.checkpoint.setText(chosen)
 

@@ -1,0 +1,349 @@
+"""Moshi's frame stream under any ablation arm, switchable between frames.
+
+========  ==========================================  =======================================
+arm       state                                       compute
+========  ==========================================  =======================================
+eager     stock: each operator's inputs fresh tensors  the four operators eagerly
+S         state rule: inputs and outputs in regions    the four operators eagerly
+R         stock                                        one replayed graph per operator
+Rc        stock                                        one replayed graph per frame
+SR        state rule                                   one replayed graph per operator
+SRc       state rule                                   one replayed graph per frame
+========  ==========================================  =======================================
+
+Moshi's carry degenerates to the vendor's own rings (paper §3.2): every cache is a
+``RingKVCache`` of a fixed capacity written in place, so one set of rings, sized by the
+declaration (``main_capacity``, ``depformer_capacity``, ``mimi_capacity``: the model is built
+with those contexts), serves every arm. The replayed operators read and write them by closure:
+they are write-through regions, address-checked on every replay, never staged. What the state
+rule adds is the frame's own tensors (microphone frame, user codes, text token, hidden state,
+frame tokens, speech frame): under S/SR/SRc they live in address-stable regions the operators
+read and write in place (nothing staged, nothing copied out); under the stock arms they are
+fresh tensors each call, which replay stages and copies out, as the vendor's ``CUDAGraphed``
+does. Arm switches therefore move no state.
+
+A frame after a reset has no speech to decode yet (the vendor's ``LMGen.step`` returns None):
+its call kind is ``open`` (encode and LM only), every later one ``steady``. So each operator has
+one signature (K = 1) and the frame operator two (``open``, ``steady``), all known before traffic.
+
+Sampling draws device randomness: admitted on CUDA (replays are bit-exact: the engine restores
+the generator before capture). On the CPU the generator is the host's, so the sampling operators
+(``lm_step``, ``depformer_step`` and the frame) run eagerly there, counted ``host_randomness``;
+Mimi's replay is simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from adapters.moshi.frame import FrameOps, vendor_graphs_off
+from engine.arms import Arm, Granularity
+from engine.replay import ReplayEngine, ReplayOp
+from engine.signature import Catalog, Signature, TensorSpec
+
+__all__ = ["FrameOut", "MoshiStream"]
+
+OPS = ("mimi_encode", "lm_step", "depformer_step", "mimi_decode")
+
+
+@dataclass(frozen=True)
+class FrameOut:
+    """One frame's result: the frame's tokens (text + codebooks; -2 while not generated yet)
+    and its speech (None for a conversation's first frame, which has none)."""
+
+    tokens: Tensor  # (1, 1 + dep_q, 1) int64
+    pcm: Tensor | None  # (1, 1, samples_per_frame) float32
+
+
+class MoshiStream:
+    """One conversation over ``mimi`` and ``lm_gen`` (streaming here, batch 1); ``ArmedStream``.
+
+    ``sdpa`` is the temporal step's declared attention kernel (``default`` on the CPU).
+    """
+
+    def __init__(
+        self,
+        mimi: Any,
+        lm_gen: Any,
+        *,
+        replay: ReplayEngine,
+        arm: Arm,
+        samples_per_frame: int,
+        sdpa: str,
+    ) -> None:
+        self._streaming = ExitStack()
+        for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
+            self._streaming.enter_context(module.streaming(1))
+        self.ops = FrameOps(mimi, lm_gen, sdpa=sdpa)
+        self.replay, self.device = replay, lm_gen.lm_model.device
+        self.spf, self.dep_q = samples_per_frame, self.ops.dep_q
+        dim, dtype = lm_gen.lm_model.dim, lm_gen.lm_model.dtype
+        self.regions = _Regions(self.spf, self.dep_q, dim, dtype, self.device)
+        self._states = _streaming_states(mimi, lm_gen)
+        for state in self._states:
+            _pin_tensors(state)
+        self.frames = 0  # frames since the last reset
+        self._arm = arm
+        self.replayed = self._register(dim, dtype)
+
+    # -- ArmedStream ---------------------------------------------------------------------------
+
+    @property
+    def arm(self) -> Arm:
+        return self._arm
+
+    def set_arm(self, arm: Arm) -> None:
+        """Takes effect at the next frame; no state moves (every arm shares the rings)."""
+        self._arm = Arm(arm)
+
+    # -- the frame ----------------------------------------------------------------------------
+
+    def step(self, pcm: Tensor, span: Callable[[str], Any] | None = None) -> FrameOut:
+        """One frame: ``pcm (1, 1, samples_per_frame)`` float32 on the model's device.
+
+        ``span(name)`` times the stages (``encode``, ``lm``, ``decode``; a whole replayed frame
+        is one ``frame`` span).
+        """
+        if tuple(pcm.shape) != (1, 1, self.spf):
+            raise ValueError(f"pcm has shape {tuple(pcm.shape)}; expected (1, 1, {self.spf})")
+        speak = self.frames > 0
+        self.frames += 1
+        with vendor_graphs_off(self.device), torch.no_grad():
+            if self._arm.granularity is Granularity.CHUNK:
+                with _timed(span, "frame"):
+                    return self._frame(pcm, speak)
+            return self._by_operator(pcm, speak, span)
+
+    def reset(self) -> None:
+        """A new conversation: every streaming state reset in place (rings, offsets, delay
+        cache, convolution states; no allocation, graphs kept)."""
+        self.ops.mimi.reset_streaming()
+        self.ops.lm_gen.reset_streaming()
+        self.frames = 0
+
+    def ring_capacities(self) -> dict[str, set[int]]:
+        """The rings' capacities by declared region: ``lm_kv`` (the temporal transformer),
+        ``depformer_kv`` and ``mimi_kv`` (Mimi's two transformers)."""
+        lm = self.ops.lm
+        parts = {"lm_kv": lm.transformer, "depformer_kv": lm.depformer, "mimi_kv": self.ops.mimi}
+        return {
+            region: {
+                m._streaming_state.kv_cache.capacity
+                for m in module.modules()
+                if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
+            }
+            for region, module in parts.items()
+        }
+
+    def close(self) -> None:
+        """Stop streaming (the models can stream again, e.g. under another stream); the stream
+        must not step afterwards."""
+        self._streaming.close()
+
+    def _by_operator(self, pcm: Tensor, speak: bool, span: Callable[[str], Any] | None) -> FrameOut:
+        r, arm = self.regions, self._arm
+        ops = self.replayed if arm.replay else None
+        if arm.state_rule:
+            r.mic.copy_(pcm)
+            with _timed(span, "encode"):
+                (ops["mimi_encode"] if ops else self._encode_into)()
+            with _timed(span, "lm"):
+                (ops["lm_step"] if ops else self._lm_into)()
+                (ops["depformer_step"] if ops else self._depformer_into)()
+            if not speak:
+                return FrameOut(r.tokens.clone(), None)
+            with _timed(span, "decode"):
+                (ops["mimi_decode"] if ops else self._decode_into)()
+            return FrameOut(r.tokens.clone(), r.pcm.clone())
+        f = self.ops
+        encode, lm_step, depformer_step, decode = (
+            (ops[n] for n in OPS) if ops else (f.encode, f.lm_step, f.depformer_step, f.decode)
+        )
+        with _timed(span, "encode"):
+            codes = encode(pcm)
+        with _timed(span, "lm"):
+            text, hidden = lm_step(codes)
+            tokens = depformer_step(text, hidden)
+        if not speak:
+            return FrameOut(tokens, None)
+        with _timed(span, "decode"):
+            return FrameOut(tokens, decode(tokens))
+
+    def _frame(self, pcm: Tensor, speak: bool) -> FrameOut:
+        if self._arm.state_rule:
+            r = self.regions
+            r.mic.copy_(pcm)
+            self.replayed["frame_regions"](speak)
+            return FrameOut(r.tokens.clone(), r.pcm.clone() if speak else None)
+        tokens, out = self.replayed["frame"](pcm, speak)
+        return FrameOut(tokens, out)
+
+    # -- the operators, stock and state-rule forms ----------------------------------------------
+
+    def _whole_frame(self, pcm: Tensor, speak: bool) -> tuple[Tensor, Tensor | None]:
+        f = self.ops
+        tokens = f.depformer_step(*f.lm_step(f.encode(pcm)))
+        return tokens, f.decode(tokens) if speak else None
+
+    def _encode_into(self) -> None:
+        self.regions.codes.copy_(self.ops.encode(self.regions.mic))
+
+    def _lm_into(self) -> None:
+        text, hidden = self.ops.lm_step(self.regions.codes)
+        self.regions.text.copy_(text)
+        self.regions.hidden.copy_(hidden)
+
+    def _depformer_into(self) -> None:
+        r = self.regions
+        r.tokens.copy_(self.ops.depformer_step(r.text, r.hidden))
+
+    def _decode_into(self) -> None:
+        self.regions.pcm.copy_(self.ops.decode(self.regions.tokens))
+
+    def _frame_into(self, speak: bool) -> None:
+        self._encode_into()
+        self._lm_into()
+        self._depformer_into()
+        if speak:
+            self._decode_into()
+
+    def written(self) -> tuple[Tensor, ...]:
+        """Every tensor the operators write in place: the streaming states (rings, offsets,
+        delay cache, convolution states) and the frame's regions. Gathered per call, so a state
+        tensor the vendor rebinds would show as drift, never as a silent stale address."""
+        out: list[Tensor] = []
+        for state in self._states:
+            for value in vars(state).values():
+                if isinstance(value, Tensor):
+                    out.append(value)
+                elif hasattr(value, "cache") and hasattr(value, "end_offset"):
+                    out += [value.cache, value.end_offset]
+        return (*out, *self.regions.all())
+
+    def _register(self, dim: int, dtype: torch.dtype) -> dict[str, ReplayOp]:
+        """The six replayed operators and their catalogs (one signature each; the frame two)."""
+        dev, spf, q = self.device, self.spf, self.dep_q
+        pcm = TensorSpec((1, 1, spf), torch.float32, dev)
+        codes = TensorSpec((1, q, 1), torch.int64, dev)
+        text = TensorSpec((1,), torch.int64, dev)
+        hidden = TensorSpec((1, 1, dim), dtype, dev)
+        tokens = TensorSpec((1, 1 + q, 1), torch.int64, dev)
+        sdpa = ("sdpa", self.ops.sdpa)
+        f = self.ops
+        stock: dict[str, tuple[Callable[..., Any], list[tuple[Any, ...]], Hashable]] = {
+            "mimi_encode": (f.encode, [(pcm,)], None),
+            "lm_step": (f.lm_step, [(codes,)], sdpa),
+            "depformer_step": (f.depformer_step, [(text, hidden)], None),
+            "mimi_decode": (f.decode, [(tokens,)], None),
+            "frame": (self._whole_frame, [(pcm, False), (pcm, True)], sdpa),
+        }
+        regions: dict[str, tuple[Callable[..., Any], list[tuple[Any, ...]], Hashable]] = {
+            "mimi_encode_regions": (self._encode_into, [()], None),
+            "lm_step_regions": (self._lm_into, [()], sdpa),
+            "depformer_step_regions": (self._depformer_into, [()], None),
+            "mimi_decode_regions": (self._decode_into, [()], None),
+            "frame_regions": (self._frame_into, [(False,), (True,)], sdpa),
+        }
+        ops: dict[str, ReplayOp] = {}
+        for name, (fn, calls, extra) in (stock | regions).items():
+            ops[name] = self.replay.register(
+                f"moshi.{name}",
+                fn,
+                catalog=Catalog(Signature.of(call, extra=extra) for call in calls),
+                write_through=self.written,
+                extra_key=(lambda e=extra: e),  # type: ignore[misc]
+            )
+        # The state-rule arms call the region forms under the stock forms' names.
+        return _ArmOps(ops, lambda: self._arm)
+
+
+class _ArmOps(dict[str, ReplayOp]):
+    """The operators by their stock name; under a state-rule arm, the region form."""
+
+    def __init__(self, ops: dict[str, ReplayOp], arm: Callable[[], Arm]) -> None:
+        super().__init__(ops)
+        self._arm = arm
+
+    def __getitem__(self, name: str) -> ReplayOp:
+        if self._arm().state_rule and not name.endswith("_regions"):
+            name = f"{name}_regions"
+        return super().__getitem__(name)
+
+
+class _Regions:
+    """The frame's address-stable tensors under the state rule (allocated once, zeros)."""
+
+    def __init__(self, spf: int, dep_q: int, dim: int, dtype: torch.dtype, device: Any) -> None:
+        self.mic = torch.zeros((1, 1, spf), dtype=torch.float32, device=device)
+        self.codes = torch.zeros((1, dep_q, 1), dtype=torch.int64, device=device)
+        self.text = torch.zeros((1,), dtype=torch.int64, device=device)
+        self.hidden = torch.zeros((1, 1, dim), dtype=dtype, device=device)
+        self.tokens = torch.zeros((1, 1 + dep_q, 1), dtype=torch.int64, device=device)
+        self.pcm = torch.zeros((1, 1, spf), dtype=torch.float32, device=device)
+
+    def all(self) -> tuple[Tensor, ...]:
+        return (self.mic, self.codes, self.text, self.hidden, self.tokens, self.pcm)
+
+
+def _streaming_states(*modules: Any) -> list[Any]:
+    """Every streaming state under ``modules`` (the depformer's too: it streams detached)."""
+    states: dict[int, Any] = {}
+    for root in modules:
+        for m in root.modules():
+            state = getattr(m, "_streaming_state", None)
+            if state is not None:
+                states[id(state)] = state
+    return list(states.values())
+
+
+_PINNED: dict[type, type] = {}
+
+
+def _pin_tensors(state: Any) -> None:
+    """Make ``state`` write its tensors in place: rebinding a tensor attribute to a new tensor
+    of the same geometry copies into the old one instead.
+
+    The vendor rebinds one state tensor per frame (Mimi's replicate-padded downsampling conv:
+    ``state.first = torch.where(...)``). A graph captured over that call would read the old
+    tensor forever while resets write the new one; pinned, the address never moves, so the
+    write-through regions hold and a reset reaches what the graph reads. Values are unchanged.
+    """
+    cls = type(state)
+    if cls not in _PINNED:
+
+        def __setattr__(self: Any, name: str, value: Any) -> None:
+            old = self.__dict__.get(name)
+            if (
+                isinstance(old, Tensor)
+                and isinstance(value, Tensor)
+                and old.shape == value.shape
+                and old.dtype == value.dtype
+                and old is not value
+            ):
+                old.copy_(value)
+            else:
+                object.__setattr__(self, name, value)
+
+        _PINNED[cls] = type(f"Pinned{cls.__name__}", (cls,), {"__setattr__": __setattr__})
+    state.__class__ = _PINNED[cls]
+
+
+class _timed:
+    """``span(name)`` when a stage timer is set, else nothing."""
+
+    def __init__(self, span: Callable[[str], Any] | None, name: str) -> None:
+        self._cm = span(name) if span is not None else None
+
+    def __enter__(self) -> None:
+        if self._cm is not None:
+            self._cm.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(*exc)

@@ -1,0 +1,169 @@
+"""Moshi streams for the tests: seeded random weights, seeded noise in (never zeros), the
+vendor's own loop as the reference. CPU at the small size; the GPU tests pass ``full``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from adapters.moshi.checkpoint import MoshiModels, build_models
+from adapters.moshi.config import size_for
+from adapters.moshi.frame import vendor_graphs_off
+from adapters.moshi.stream import FrameOut, MoshiStream
+from engine.arms import Arm
+from engine.declaration_io import load_declaration
+from engine.replay import ReplayEngine
+
+DECLARATION = load_declaration("moshi")
+SPF = DECLARATION.values()["samples_per_frame"]
+
+
+def models(seed: int = 3, size: str = "small", device: str = "cpu") -> MoshiModels:
+    return build_models(size_for(size, DECLARATION), None, torch.device(device), seed)
+
+
+def make_stream(
+    arm: Arm,
+    *,
+    seed: int = 3,
+    size: str = "small",
+    device: str = "cpu",
+    sdpa: str = "default",
+    replay: ReplayEngine | None = None,
+) -> tuple[MoshiStream, ReplayEngine]:
+    from moshi.models.lm import LMGen
+
+    m = models(seed, size, device)
+    replay = replay or ReplayEngine(device, strict=True, poison=True)
+    stream = MoshiStream(
+        m.mimi, LMGen(m.lm), replay=replay, arm=arm, samples_per_frame=SPF, sdpa=sdpa
+    )
+    return stream, replay
+
+
+def noise(n: int, seed: int, device: str = "cpu") -> list[Tensor]:
+    """``n`` frames of seeded noise with a speech-like level that comes and goes."""
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (0.05 + 0.3 * (i % 7 < 4)) * torch.randn((1, 1, SPF), generator=g).to(device)
+        for i in range(n)
+    ]
+
+
+def run(
+    stream: MoshiStream,
+    frames: Sequence[Tensor],
+    *,
+    seed: int = 0,
+    reset_at: Sequence[int] = (),
+    switch: dict[int, Arm] | None = None,
+) -> list[FrameOut]:
+    """The stream over ``frames`` from a seeded generator, resets and arm switches on the way."""
+    torch.manual_seed(seed)
+    outs = []
+    for i, frame in enumerate(frames):
+        if i in reset_at:
+            stream.reset()
+        if switch and i in switch:
+            stream.set_arm(switch[i])
+        outs.append(stream.step(frame))
+    return outs
+
+
+def vendor_run(
+    m: MoshiModels,
+    frames: Sequence[Tensor],
+    *,
+    seed: int = 0,
+    reset_at: Sequence[int] = (),
+    sdpa: str = "default",
+) -> list[tuple[Tensor | None, Tensor | None]]:
+    """The ``moshi`` package's own loop (its graphs off): encode, ``LMGen.step``, decode; with
+    ``sdpa`` pinned in its temporal step only, as our ``lm_step`` pins it."""
+    from moshi.models.lm import LMGen
+
+    if sdpa != "default":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[sdpa]
+        forward_text = m.lm.forward_text
+
+        def pinned(*args: object) -> object:
+            with sdpa_kernel([backend]):
+                return forward_text(*args)
+
+        m.lm.forward_text = pinned  # read when LMGen starts streaming
+    gen = LMGen(m.lm)
+    m.mimi.streaming_forever(1)
+    gen.streaming_forever(1)
+    torch.manual_seed(seed)
+    outs: list[tuple[Tensor | None, Tensor | None]] = []
+    device = next(m.lm.parameters()).device
+    with vendor_graphs_off(device), torch.no_grad():
+        for i, frame in enumerate(frames):
+            if i in reset_at:
+                m.mimi.reset_streaming()
+                gen.reset_streaming()
+            tokens = gen.step(m.mimi.encode(frame))
+            if tokens is None:  # the first frame after a reset: nothing generated yet
+                outs.append((None, None))
+                continue
+            outs.append((tokens.clone(), m.mimi.decode(tokens[:, 1:]).clone()))
+    return outs
+
+
+def first_difference(a: Sequence[FrameOut], b: Sequence[FrameOut]) -> str | None:
+    """Where two runs first differ (tokens or speech), or None when equal bit for bit."""
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if not torch.equal(x.tokens, y.tokens):
+            return (
+                f"frame {i}: tokens {x.tokens.flatten().tolist()} != {y.tokens.flatten().tolist()}"
+            )
+        if (x.pcm is None) != (y.pcm is None):
+            return f"frame {i}: speech present in one run only"
+        if x.pcm is not None and not torch.equal(x.pcm, y.pcm):
+            return f"frame {i}: speech differs by {(x.pcm - y.pcm).abs().max().item():.3g}"
+    return None
+
+
+def digest(outs: Sequence[FrameOut]) -> str:
+    """A hash of a run's token stream and speech, bit for bit."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for out in outs:
+        h.update(out.tokens.cpu().numpy().tobytes())
+        if out.pcm is not None:
+            h.update(out.pcm.cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    """One run in its own process: ``python -m tests.moshi_small --device cuda --size full
+    --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--frames", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arm", default="SRc")
+    parser.add_argument("--sdpa", default=None, help="default: the declared kernel on CUDA")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    declared = DECLARATION.operators["lm_step"].kernels.get("sdpa", "default")
+    sdpa = args.sdpa or (declared if args.device.startswith("cuda") else "default")
+    stream, _ = make_stream(
+        Arm.parse(args.arm), seed=args.seed, size=args.size, device=args.device, sdpa=sdpa
+    )
+    outs = run(stream, noise(args.frames, seed=args.seed + 100, device=args.device), seed=args.seed)
+    print(json.dumps({"digest": digest(outs), "frames": len(outs), "sdpa": sdpa}))
+
+
+if __name__ == "__main__":
+    main()
