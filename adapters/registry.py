@@ -16,6 +16,7 @@ __all__ = ["DEFAULT_FAMILY", "family", "family_keys"]
 _FAMILIES = {  # key -> "module:attribute" of its face
     "synthetic": "adapters.token2wav.family:SYNTHETIC",
     "lycheefd": "adapters.token2wav.family:LYCHEEFD",
+    "minicpmo45": "adapters.minicpmo45.family:MINICPMO45",
 }
 DEFAULT_FAMILY = "synthetic"
 

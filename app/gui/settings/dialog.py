@@ -128,9 +128,12 @@ class SettingsDialog(QDialog):
         browse_voice = QPushButton("Browse…")
         browse_voice.clicked.connect(self._browse_voice)
         self.device = _combo([(d, d) for d in DEVICES], s.device)
+        self.trust_code = QCheckBox("Run the checkpoint's own code (only for a folder you trust)")
+        self.trust_code.setChecked(s.trust_checkpoint_code)
         form.addRow("Family", self.family)
         form.addRow("Size", self.model_size)
         form.addRow("Checkpoint folder", _path_row(self.checkpoint, browse))
+        form.addRow("", self.trust_code)
         form.addRow("Voice prompt", _path_row(self.voice, browse_voice))
         form.addRow("Compute device", self.device)
         return box
@@ -211,6 +214,7 @@ class SettingsDialog(QDialog):
             model_size=self.model_size.currentData(),
             checkpoint=Path(checkpoint).expanduser() if checkpoint else None,
             voice=Path(voice).expanduser() if voice else None,
+            trust_checkpoint_code=self.trust_code.isChecked(),
             device=self.device.currentData(),
             arm=Arm(self.arm.currentData()),
             audit=self.audit.isChecked(),
