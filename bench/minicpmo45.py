@@ -13,10 +13,12 @@ The script writes a checkpoint folder under ``--work``: the code, a ``config.jso
 (``tiny``: a 2-layer LLM of width 64, a 1-layer audio encoder and TTS; ``released``: the
 published shapes — Qwen3-8B, Whisper-medium encoder, a 20-layer TTS — as far as the public code
 states them) and random bf16 weights as safetensors, made by the model class of the folder's own
-code. Then it loads that folder through the family face as the app does (consent given, our
-Token2Wav at ``--decoder`` size, warm-up), and runs ``--units`` units of the demo talk through
-the loop under each arm in turn (``eager`` first, with the stock envelope, then a live switch;
-the first ``--settle`` units of each arm are not counted: a replay arm captures there).
+code (and, for a ``full`` decoder, ``assets/token2wav`` with our Token2Wav's seeded random weights
+at the released sizes). Then it loads that folder through the family face as the app does
+(consent given, our Token2Wav at ``--decoder`` size, warm-up), and runs ``--units`` units of the
+demo talk through the loop under each arm in turn (``eager`` first, with the stock envelope,
+then a live switch; the first ``--settle`` units of each arm are not counted: a replay arm
+captures there).
 
 Per arm: per-unit p50/p95/max of the unit, of ``backbone`` (the checkpoint's code: audio
 encoder, LLM decode, TTS head) and of ``synthesis`` (our Token2Wav: flow and vocoder), and the
@@ -41,6 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.face import ModelRequest
+from adapters.minicpmo45.folder import TOKEN2WAV_FOLDER
 from adapters.registry import family
 from app.demo import talk_periods
 from bench.env_info import environment
@@ -137,6 +140,56 @@ def write_checkpoint(code: Path, folder: Path, size: str, device: str, seed: int
     return time.perf_counter() - t0
 
 
+RELEASED_FLOW_YAML = """\
+flow: !new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec
+    input_size: 512
+    output_size: 80
+    spk_embed_dim: 192
+    output_type: 'mel'
+    vocab_size: 6561
+    encoder: !new:cosyvoice2.transformer.upsample_encoder_v2.UpsampleConformerEncoderV2
+        input_size: 512
+        output_size: 512
+        input_layer: 'linear'
+        pre_lookahead_len: 3
+        num_blocks: 6
+        num_up_blocks: 4
+        up_stride: 2
+        up_scale_factor: 2
+        attention_heads: 8
+        pos_enc_layer_type: 'rel_pos_espnet'
+        selfattention_layer_type: 'rel_selfattn'
+        key_bias: true
+        linear_units: 2048
+        dropout_rate: 0.1
+        positional_dropout_rate: 0.1
+        attention_dropout_rate: 0.1
+        normalize_before: true
+    decoder: !new:cosyvoice2.flow.flow_matching.CausalConditionalCFM
+        inference_cfg_rate: 0.7
+        estimator: !new:cosyvoice2.flow.decoder_dit.DiT
+            in_channels: 320
+            out_channels: 80
+            mlp_ratio: 4.0
+            depth: 16
+            num_heads: 8
+            head_dim: 64
+            hidden_size: 512
+"""  # the released flow.yaml's values (FACTS.md), in its format
+
+
+def write_token2wav(folder: Path, seed: int) -> None:
+    """A Token2Wav folder at the released sizes with seeded random weights (no voice models)."""
+    from adapters.token2wav.checkpoint import load_token2wav
+
+    folder.mkdir(parents=True, exist_ok=True)
+    flow, hift = load_token2wav(None, seed=seed, envelope=False)
+    (folder / "flow.yaml").write_text(RELEASED_FLOW_YAML)
+    torch.save(flow.state_dict(), folder / "flow.pt")
+    hift_state = {f"generator.{key}": value for key, value in hift.state_dict().items()}
+    torch.save(hift_state, folder / "hift_original.pt")
+
+
 def quantiles(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=np.float64) * 1e3
     if a.size == 0:
@@ -171,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="minicpmo45-"))
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
+    if decoder == "full":
+        write_token2wav(folder / TOKEN2WAV_FOLDER, args.seed)
     request = ModelRequest(
         device=args.device, model_size=decoder, checkpoint=folder, arm=arms[0],
         seed=args.seed, trust_checkpoint_code=True,
