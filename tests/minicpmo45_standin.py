@@ -146,3 +146,29 @@ class StandInDuplex:
             self.vendor_calls.append((self._buffer, True))
             self._buffer = []
         return None
+
+
+class StandInModel:
+    """What ``AutoModel.from_pretrained`` returns for the folder: ``as_duplex`` calls
+    ``init_tts()`` first, as the released code does, then hands out a :class:`StandInDuplex`."""
+
+    def __init__(self, script: list[Unit], **kwargs: Any) -> None:
+        self.script, self.loaded_with = script, kwargs
+        self.init_tts_calls = 0
+        self.devices: list[str] = []
+        self.duplex_kwargs: dict[str, Any] = {}
+
+    def to(self, device: str) -> StandInModel:
+        self.devices.append(device)
+        return self
+
+    def eval(self) -> StandInModel:
+        return self
+
+    def init_tts(self, *args: Any, **kwargs: Any) -> None:
+        self.init_tts_calls += 1  # the vendor's Token2wav would be built here
+
+    def as_duplex(self, **kwargs: Any) -> StandInDuplex:
+        self.init_tts()
+        self.duplex_kwargs = kwargs
+        return StandInDuplex(self.script)
