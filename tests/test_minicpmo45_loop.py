@@ -247,3 +247,13 @@ def test_two_hand_offs_in_one_unit_are_refused() -> None:
     standin.streaming_generate = twice  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="handed speech tokens over 2 times"):
         model.step(_mic(0))
+
+
+def test_code_without_the_hand_off_method_is_refused() -> None:
+    from adapters.face import FamilyError
+
+    class Renamed(StandInDuplex):
+        _generate_waveform_from_tokens = None  # type: ignore[assignment]
+
+    with pytest.raises(FamilyError, match="no _generate_waveform_from_tokens"):
+        period_model(_speech(), Renamed([LISTEN]), _request())

@@ -43,11 +43,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from adapters.face import FamilyError
 from adapters.synthetic.vad import VoiceActivity
 from engine.duplex import Phase
 from engine.windowed import BackboneStep
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "DuplexBackbone", "Handoff", "system_prompt"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "HANDOFF", "DuplexBackbone", "Handoff", "system_prompt"]
+
+HANDOFF = "_generate_waveform_from_tokens"
+"""The duplex object's method that gets each unit's speech tokens for its Token2wav."""
 
 DEFAULT_SYSTEM_PROMPT = "Streaming Duplex Conversation! You are a helpful assistant."
 """The instruction the vendor's examples prepare a duplex conversation with."""
@@ -101,7 +105,13 @@ class DuplexBackbone:
         self._interrupt = threading.Event()
         self._speaking = False  # a turn is under way on the vendor's side
         self.flush = False  # the last unit's force_flush: read by the windower
-        duplex._generate_waveform_from_tokens = self._take  # the hand-off: tokens, not audio
+        if not callable(getattr(duplex, HANDOFF, None)):
+            raise FamilyError(
+                f"the checkpoint's duplex code has no {HANDOFF}(), where this adapter takes its "
+                "speech tokens: choose the MiniCPM-o-4_5 folder as released",
+                "checkpoint",
+            )
+        setattr(duplex, HANDOFF, self._take)  # the hand-off: its speech tokens, not its audio
         self._prepare()
 
     def flushing(self) -> bool:

@@ -103,6 +103,7 @@ class MiniCPMO45Family:
         progress("loading", 1.0)
         model = period_model(speech, duplex, request)
         warmup = self._warm_up(speech, request, progress)
+        memory.update(_held(request.device))
         return LoadedModel(
             model=model,
             engine=speech.engine,
@@ -203,6 +204,19 @@ def period_model(speech: SpeechModel, duplex: Any, request: ModelRequest) -> Win
     )
     windower = DuplexWindower.like(speech.windower, backbone.flushing)
     return WindowedSynthesis(backbone, speech.speech, windower, speech.output_rate)
+
+
+def _held(device: str) -> dict[str, float]:
+    """What the session holds on its GPU once loaded and warmed up (GiB), for the trace."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return {}
+    gib = float(1 << 30)
+    return {
+        "held_allocated_gib": round(torch.cuda.memory_allocated(device) / gib, 2),
+        "held_reserved_gib": round(torch.cuda.memory_reserved(device) / gib, 2),
+    }
 
 
 def _switchable(envelope: bool) -> list[str]:

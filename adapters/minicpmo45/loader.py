@@ -2,8 +2,9 @@
 
 :func:`load_duplex` runs, in this order, what the vendor's examples run, with three changes:
 
-* ``local_files_only=True`` and the hub switched off (``HF_HUB_OFFLINE``) for the whole load:
-  the model, its processor and tokenizer come from the folder or not at all;
+* ``local_files_only=True`` and a local path: the model, its processor and tokenizer come from
+  the folder or not at all (``HF_HUB_OFFLINE`` is also set, which holds where transformers is
+  imported afterwards, as it is in the app);
 * ``use_safetensors=True``: weights are never unpickled;
 * the vendor's Token2wav is not built: ``as_duplex`` calls ``model.init_tts()`` in the released
   code, which loads a second flow with its 2.1 GB static cache envelope, a vocoder and two ONNX
