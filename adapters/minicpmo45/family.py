@@ -13,7 +13,8 @@
    off, the vendor's Token2wav not built) wrapped as the backbone
    (:class:`~.backbone.DuplexBackbone`, the recording as its reference audio);
 5. the period model: :class:`~engine.windowed.WindowedSynthesis` with the vendor's own call rule
-   (:class:`~.windows.DuplexWindower`), at the native 1-s unit, 16 kHz in, 24 kHz out.
+   (:class:`~.windows.DuplexWindower`), at the native 1-s unit, 16 kHz in, 24 kHz out; audit
+   mode on our decoder's carry when asked for (as the ``synthetic`` family).
 
 **The stock envelope.** Under a state-rule arm (S, SR, SRc) our flow is loaded without the
 stock static cache envelope (≈ 2.2 GB at full size): the carry is all the state it needs. The
@@ -91,6 +92,7 @@ class MiniCPMO45Family:
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         from adapters.minicpmo45.loader import LoadFacts, check_transformers, load_duplex
+        from adapters.token2wav.audit_mode import carry_audit
 
         self.check(request)
         assert request.checkpoint is not None, "check() refuses a request without a checkpoint"
@@ -102,7 +104,12 @@ class MiniCPMO45Family:
         duplex = load_duplex(folder, request.device, facts)  # the voice failed fast, if at all
         progress("loading", 1.0)
         model = period_model(speech, duplex, request)
+        audit = carry_audit(self.declaration, speech.speech.flow) if request.audit else None
+        if audit is not None:
+            audit.attach()  # the warm-up's retentions are audited too
         warmup = self._warm_up(speech, request, progress)
+        if audit is not None:
+            warmup["audit"] = audit.totals()
         memory.update(_held(request.device))
         return LoadedModel(
             model=model,
@@ -122,7 +129,9 @@ class MiniCPMO45Family:
                 "envelope": decoder.envelope,
                 "switchable_arms": _switchable(decoder.envelope),
                 "memory": memory,
+                **({"audit_scope": audit.header()} if audit is not None else {}),
             },
+            audit=audit,
             has_text=True,
         )
 
@@ -137,7 +146,6 @@ class MiniCPMO45Family:
             request,
             checkpoint=check_folder(request.checkpoint).token2wav if full else None,
             envelope=request.envelope and not request.arm.state_rule,
-            audit=False,
         )
 
     def _check_memory(
