@@ -188,16 +188,13 @@ def _run_converse(args: argparse.Namespace) -> int:
         raise _UsageError(
             "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
         )
-    from adapters.token2wav.config import CheckpointError
     from app.converse import converse, request_from_args
     from app.settings import SettingsError
 
     try:
         summary = converse(request_from_args(args))
-    except (ValueError, OSError) as error:  # ConverseError, SettingsError, CheckpointError, ...
-        kind = "request"
-        if isinstance(error, SettingsError | CheckpointError):
-            kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
+    except (ValueError, OSError) as error:  # ConverseError, SettingsError (the family's too), ...
+        kind = "settings" if isinstance(error, SettingsError) else "request"
         print(f"duplexcadence converse: bad {kind}: {error}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as error:  # app.audio.AudioError (no device, device lost at start)
