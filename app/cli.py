@@ -194,6 +194,10 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="the family's model folder")
     parser.add_argument(
+        "--trust-checkpoint-code", action="store_true",
+        help="run the model code shipped in --checkpoint (minicpmo45): only for a folder you trust",
+    )  # fmt: skip
+    parser.add_argument(
         "--realtime", action="store_true",
         help="pace file input to the wall clock (default: a simulated clock, periods back to back)",
     )  # fmt: skip

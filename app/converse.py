@@ -392,6 +392,8 @@ def request_from_args(args: argparse.Namespace) -> ConverseRequest:
         changes["arm"] = Arm.parse(args.arm)
     if args.checkpoint is not None:
         changes["checkpoint"] = args.checkpoint
+    if args.trust_checkpoint_code:
+        changes["trust_checkpoint_code"] = True
     settings = Settings(**{**base.__dict__, **changes})
     Settings.from_dict(settings.to_dict())  # validate the flags like a settings file
     devices = args.input_device is not None or args.output_device is not None

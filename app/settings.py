@@ -57,6 +57,7 @@ class Settings:
     checkpoint: Path | None = None  # the family's checkpoint folder; None = seeded random weights
     voice: Path | None = None  # voice prompt WAV (needs a checkpoint); None = seeded random voice
     voice_frames: int = 302
+    trust_checkpoint_code: bool = False  # the user agreed to run the checkpoint folder's code
     device: str = "auto"  # auto | cuda | cpu
     arm: Arm = Arm.SRC
     audit: bool = False
@@ -111,6 +112,7 @@ class Settings:
             "arm": self.arm,
             "audit": self.audit,
             "seed": self.seed,
+            "trust_checkpoint_code": self.trust_checkpoint_code,
         }
         return ModelRequest(**{**fields, **overrides})
 
@@ -127,7 +129,7 @@ class Settings:
 
 _PATHS = ("checkpoint", "voice")
 _OPTIONAL_TEXT = ("input_device", "output_device", "host_api")
-_BOOLS = ("audit", "echo_cancel", "push_to_talk")
+_BOOLS = ("audit", "echo_cancel", "push_to_talk", "trust_checkpoint_code")
 _INTS = ("voice_frames", "seed")
 
 

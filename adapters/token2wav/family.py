@@ -134,9 +134,9 @@ class Token2WavFamily:
         from engine.windowed import WindowedSynthesis
 
         speech = self.load_speech(request, progress)
-        audit = self._audit(speech) if request.audit else None
+        audit = self.audit_mode(speech) if request.audit else None
         progress("loading", 1.0)
-        warmup = self._warm_up(speech, request, progress, audit)
+        warmup = self.warm_up(speech, request, progress, audit)
         token_rate = speech.declaration.clock_rate("token", speech.values)
         backbone = SyntheticBackbone(
             period_s=speech.values["period_tokens"] / token_rate,
@@ -232,16 +232,18 @@ class Token2WavFamily:
                 "checkpoint",
             )
 
-    def _audit(self, speech: SpeechModel) -> Any:
+    def audit_mode(self, speech: SpeechModel) -> Any:
+        """Audit mode on the decoder's carry, attached from its next write (the warm-up's too)."""
         from adapters.token2wav.audit_mode import carry_audit
 
         audit = carry_audit(speech.speech.flow)
         audit.attach()
         return audit
 
-    def _warm_up(
+    def warm_up(
         self, speech: SpeechModel, request: ModelRequest, progress: Progress, audit: Any
     ) -> dict[str, Any]:
+        """Capture the decoder's common calls, seal, and re-seed the global generators."""
         import torch
 
         from adapters.token2wav.warmup import warm_up

@@ -133,3 +133,25 @@ def test_summary_card_shows_audit_mode_verdict(qtbot: QtBot) -> None:
     diverged = {"active": True, "divergences_total": 1, "first": "estimator_att at call 2"}
     assert show(diverged) == "1 diverged"
     assert "call 2" in card.chips["audit"].toolTip()
+
+
+def test_minicpmo45_runs_the_folders_code_only_once_the_box_is_ticked(
+    make_window: Callable[..., MainWindow], qtbot: QtBot, settings_file: Path, tmp_path: Path
+) -> None:
+    from tests.test_minicpmo45_folder import make_folder
+
+    folder = make_folder(tmp_path / "MiniCPM-o-4_5")
+    window = make_window()
+    dialog = window.open_settings()
+    dialog.family.setCurrentIndex(dialog.family.findData("minicpmo45"))
+    dialog.checkpoint.setText(str(folder))
+    # The stand-in folder has no assets/token2wav: the small random decoder speaks.
+    dialog.model_size.setCurrentIndex(dialog.model_size.findData("small"))
+    _apply(dialog, qtbot, close=False)
+    assert "Run the checkpoint's own code" in dialog.error_text
+    assert window.settings.family != "minicpmo45"  # refused: nothing applied
+    dialog.trust_code.setChecked(True)
+    with qtbot.waitSignal(dialog.finished, timeout=30_000):
+        _apply(dialog, qtbot)
+    assert window.settings.family == "minicpmo45" and window.settings.trust_checkpoint_code
+    assert load_settings(settings_file).trust_checkpoint_code

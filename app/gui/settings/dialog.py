@@ -166,6 +166,13 @@ class SettingsDialog(QDialog):
             QPushButton("Browse…"), "browse for the voice prompt", "Choose a voice recording."
         )
         browse_voice.clicked.connect(self._browse_voice)
+        self.trust_code = explain(
+            QCheckBox("Run the checkpoint's own code (only for a folder you trust)"),
+            "run the checkpoint's code",
+            "MiniCPM-o 4.5 ships its model code inside the checkpoint folder: tick this only for "
+            "a folder you trust, since that code runs with your rights.",
+        )  # fmt: skip
+        self.trust_code.setChecked(s.trust_checkpoint_code)
         # No GPU driver here: "cuda" would only fail at Start, so it is not offered.
         offered = [d for d in DEVICES if d != "cuda" or cuda_present() or s.device == "cuda"]
         self.device = explain(
@@ -178,6 +185,7 @@ class SettingsDialog(QDialog):
         checkpoint_row = _path_row(self.checkpoint, browse, "checkpoint folder")
         checkpoint_row.insertWidget(2, fetch)
         form.addRow("Checkpoint folder", checkpoint_row)
+        form.addRow("", self.trust_code)
         form.addRow("Voice prompt", _path_row(self.voice, browse_voice, "voice prompt"))
         form.addRow("Compute device", self.device)
         return box
@@ -284,6 +292,7 @@ class SettingsDialog(QDialog):
             model_size=self.model_size.currentData(),
             checkpoint=Path(checkpoint).expanduser() if checkpoint else None,
             voice=Path(voice).expanduser() if voice else None,
+            trust_checkpoint_code=self.trust_code.isChecked(),
             device=self.device.currentData(),
             arm=Arm(self.arm.currentData()),
             audit=self.audit.isChecked(),

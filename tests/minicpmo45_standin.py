@@ -1,0 +1,174 @@
+"""A stand-in for MiniCPM-o 4.5's duplex object: its published API, scripted (the one fake).
+
+It sits exactly at the model's boundary (what ``model.as_duplex(...)`` returns in the
+checkpoint's code), so everything of ours around it runs as in a real session: the backbone, the
+hand-off, the windower, our Token2Wav, the loop. Its control flow follows the public code
+(OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/modeling_minicpmo.py``, ``MiniCPMODuplex``):
+
+* ``prepare`` clears the break and stop events and starts a conversation (turn state reset);
+* ``streaming_prefill`` does nothing while the break or stop event is set (``success`` False);
+* ``streaming_generate`` answers listen + ``end_of_turn`` while either event is set; else plays
+  the next unit of its script: listen, or speak ``n`` speech tokens (seeded random below the
+  flow's vocabulary) handed to ``_generate_waveform_from_tokens(tokens, prompt_wav_path,
+  end_of_turn, force_flush)`` with ``force_flush`` at a turn's first unit (public code) or at
+  every unit (``flush_every_unit``, the unified code).
+
+Its own ``_generate_waveform_from_tokens`` is the vendor's windowing restated from that code
+(silence prefix ``[4218] * 3``, flushing and window loops, the last call, the reset), recording
+the calls its Token2wav would get instead of running one: :attr:`vendor_calls` is what the
+vendor would have synthesized, to compare our windower with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+SILENCE = 4218
+LOOKAHEAD = 3
+CHUNK = 25
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of the script: listen (``tokens`` None) or speak ``tokens`` speech tokens."""
+
+    tokens: int | None = None
+    end_of_turn: bool = False
+    text: str = ""
+
+
+LISTEN = Unit()
+
+
+def speak(tokens: int, text: str = "", end: bool = False) -> Unit:
+    return Unit(tokens, end, text or f"w{tokens}")
+
+
+@dataclass
+class StandInDuplex:
+    """The duplex object's published API over a script of units (module docstring)."""
+
+    script: list[Unit]
+    seed: int = 0
+    flush_every_unit: bool = False
+    vocab: int = 6561
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    vendor_calls: list[tuple[list[int], bool]] = field(default_factory=list)  # (window, last)
+    vendor_resets: int = 0
+    heard: list[int] = field(default_factory=list)  # samples prefilled per unit
+
+    def __post_init__(self) -> None:
+        self._generator = torch.Generator().manual_seed(self.seed)
+        self._unit = 0
+        self._break = self._stop = False
+        self._turn_start = True
+        self._buffer = [SILENCE] * LOOKAHEAD
+
+    # -- the published API ---------------------------------------------------------------------
+
+    def prepare(
+        self,
+        prefix_system_prompt: str | None = None,
+        suffix_system_prompt: str | None = None,
+        ref_audio: np.ndarray | None = None,
+        prompt_wav_path: str | None = None,
+    ) -> str:
+        self.events.append(("prepare", (prefix_system_prompt, suffix_system_prompt, ref_audio)))
+        self._break = self._stop = False
+        self._turn_start = True
+        self._buffer = [SILENCE] * LOOKAHEAD
+        return (prefix_system_prompt or "") + (suffix_system_prompt or "")
+
+    def streaming_prefill(self, audio_waveform: np.ndarray | None = None) -> dict[str, Any]:
+        if self._break or self._stop:
+            return {"success": False}
+        assert audio_waveform is not None and audio_waveform.dtype == np.float32
+        self.heard.append(int(audio_waveform.shape[0]))
+        return {"success": True}
+
+    def streaming_generate(self) -> dict[str, Any]:
+        if self._break or self._stop:
+            return {"is_listen": True, "text": "", "audio_waveform": None, "end_of_turn": True}
+        unit = self.script[self._unit % len(self.script)]
+        self._unit += 1
+        if unit.tokens is None:
+            return {"is_listen": True, "text": "", "audio_waveform": None, "end_of_turn": False}
+        tokens = torch.randint(0, self.vocab, (1, unit.tokens, 1), generator=self._generator)
+        flush = self._turn_start or self.flush_every_unit
+        audio = self._generate_waveform_from_tokens(tokens, None, unit.end_of_turn, flush)
+        self._turn_start = unit.end_of_turn
+        if unit.end_of_turn:
+            self._buffer = [SILENCE] * LOOKAHEAD
+            self.vendor_resets += 1
+        return {
+            "is_listen": False,
+            "text": unit.text,
+            "audio_waveform": audio,
+            "end_of_turn": unit.end_of_turn,
+        }
+
+    def set_break_event(self) -> None:
+        self.events.append(("set_break_event", None))
+        self._break = True
+
+    def clear_break_event(self) -> None:
+        self.events.append(("clear_break_event", None))
+        self._break = False
+
+    def set_session_stop(self) -> None:
+        self.events.append(("set_session_stop", None))
+        self._stop = self._break = True
+
+    # -- the vendor's Token2wav hand-off, restated (replaced on the instance by ours) ----------
+
+    def _generate_waveform_from_tokens(
+        self,
+        new_tokens: torch.Tensor,
+        prompt_wav_path: str | None,
+        is_last_chunk: bool = False,
+        force_flush: bool = False,
+    ) -> None:
+        self._buffer += new_tokens.reshape(-1).tolist()
+        if force_flush:
+            while len(self._buffer) >= LOOKAHEAD + 5:
+                n = min(CHUNK + LOOKAHEAD, len(self._buffer))
+                self.vendor_calls.append((self._buffer[:n], False))
+                self._buffer = self._buffer[min(CHUNK, n - LOOKAHEAD) :]
+        else:
+            while len(self._buffer) >= CHUNK + LOOKAHEAD:
+                self.vendor_calls.append((self._buffer[: CHUNK + LOOKAHEAD], False))
+                self._buffer = self._buffer[CHUNK:]
+        if is_last_chunk and self._buffer:
+            self.vendor_calls.append((self._buffer, True))
+            self._buffer = []
+        return None
+
+
+class StandInModel:
+    """What ``AutoModel.from_pretrained`` returns for the folder: ``as_duplex`` calls
+    ``init_tts()`` first, as the released code does, then hands out a :class:`StandInDuplex`."""
+
+    def __init__(self, script: list[Unit], **kwargs: Any) -> None:
+        self.script, self.loaded_with = script, kwargs
+        self.init_tts_calls = 0
+        self.devices: list[str] = []
+        self.duplex_kwargs: dict[str, Any] = {}
+
+    def to(self, device: str) -> StandInModel:
+        self.devices.append(device)
+        return self
+
+    def eval(self) -> StandInModel:
+        return self
+
+    def init_tts(self, *args: Any, **kwargs: Any) -> None:
+        self.init_tts_calls += 1  # the vendor's Token2wav would be built here
+
+    def as_duplex(self, **kwargs: Any) -> StandInDuplex:
+        self.init_tts()
+        self.duplex_kwargs = kwargs
+        return StandInDuplex(self.script)
