@@ -1,0 +1,167 @@
+"""End of speech to first reply audio of the basic family on the CPU, questions heard in real time.
+
+    python3 bench/basic_cpu.py --out bench/results/basic_cpu.json          # 10 questions
+    python3 bench/basic_cpu.py --out /tmp/b.json --questions 3             # a quick look
+
+Each question (espeak-ng, ``tests/speech.py``) is heard after 1 s of silence, then silence until
+the answer ends, period by period at the pace of a microphone: period ``k``'s audio is handed to
+``step`` at ``t0 + (k + 1)·period_s``, when a microphone would have delivered it. The latency of
+a turn is the wall time from the end of the question (``t0 +`` its last sample) to the first
+non-silent sample of the answer, which plays at ``max(step returned, period delivered) +`` its
+offset in the period: it includes the turn-taker's pause (0.6 s), one period of buffering, the
+models and the engine thread's own delay. The result JSON has p50/p95, each turn (what was
+heard and said, the answer's duration, its transcript by the same recognizer), load time, peak
+RSS, the machine's load average before and after (two cores are easily shared: a busy machine
+reads slow), date and command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soxr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from adapters.basic import BasicCascade, load_basic
+from bench.env_info import environment
+from engine.duplex import Phase
+from tests.speech import conversation
+
+QUESTIONS = (
+    "What is the capital of France?",
+    "How are you doing today?",
+    "Can you tell me a joke?",
+    "What is your favorite color?",
+    "What should I cook for dinner tonight?",
+    "Where do penguins live?",
+    "How many legs does a spider have?",
+    "What is the biggest animal in the world?",
+    "Tell me something about the moon.",
+    "Why is the sky blue?",
+)
+LEAD_S = 1.0  # silence before each question
+
+
+@dataclass
+class Turn:
+    """One question and its answer, as the cascade streamed them."""
+
+    question: str
+    heard: str  # the recognizer's transcript of the question
+    said: str  # the reply's text, clause by clause as voiced
+    latency_s: float | None  # end of the question to the first reply audio (None: no audio)
+    answer_s: float  # seconds of the answer from its first to its last non-silent sample
+    periods: int  # periods from the question's start to the turn's end
+    slowest_step_ms: float  # the engine thread's longest step
+    audio: np.ndarray = field(repr=False)  # the answer's PCM at the voice's rate (not in JSON)
+    answer_heard: str = ""  # the answer's audio through the recognizer (filled by the caller)
+
+    def facts(self) -> dict[str, Any]:
+        """Everything but the audio, as plain JSON."""
+        return {k: v for k, v in vars(self).items() if k != "audio"}
+
+
+def ask(cascade: BasicCascade, question: str, timeout_s: float = 60.0) -> Turn:
+    """Speak ``question`` to ``cascade`` in real time and stream until its turn ends."""
+    talk = conversation([LEAD_S, question])
+    eos = talk.speech[-1][1]
+    period = cascade.period_s
+    mic = talk.periods(period)
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    heard, said, pcm = [], [], []
+    first: float | None = None
+    slowest = 0.0
+    t0 = time.monotonic()
+    k = 0
+    while True:
+        due = t0 + (k + 1) * period
+        time.sleep(max(0.0, due - time.monotonic()))
+        began = time.monotonic()
+        step = cascade.step(mic[k] if k < len(mic) else silence)
+        done = time.monotonic()
+        slowest = max(slowest, done - began)
+        heard.append(step.user_text)
+        said.append(step.assistant_text)
+        if step.phase is Phase.SPEAK:
+            pcm.append(step.pcm)
+            loud = np.flatnonzero(np.abs(step.pcm) > 1e-4)
+            if first is None and loud.size:
+                first = max(done, due) + loud[0] / cascade.output_rate
+        k += 1
+        if step.turn_end or k * period > timeout_s:
+            break
+    if not step.turn_end:
+        raise RuntimeError(f"no answer to {question!r} within {timeout_s} s")
+    audio = np.concatenate(pcm) if pcm else np.zeros(0, dtype=np.float32)
+    loud = np.flatnonzero(np.abs(audio) > 1e-4)
+    turn = Turn(
+        question=question,
+        heard=" ".join(t for t in heard if t),
+        said=" ".join(t for t in said if t),
+        latency_s=None if first is None else round(first - (t0 + eos), 3),
+        answer_s=round((loud[-1] - loud[0]) / cascade.output_rate, 2) if loud.size else 0.0,
+        periods=k,
+        slowest_step_ms=round(slowest * 1000, 2),
+        audio=audio,
+    )
+    return turn
+
+
+def transcribe_answer(cascade: BasicCascade, turn: Turn) -> str:
+    """The answer's audio through the cascade's recognizer (call it while no turn is running)."""
+    if turn.audio.size == 0:
+        return ""
+    return cascade.recognizer.transcribe(soxr.resample(turn.audio, cascade.output_rate, 16000))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the result JSON")
+    parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="how many to ask")
+    parser.add_argument("--period", type=float, default=0.5, help="period in seconds")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    began = time.monotonic()
+    cascade = load_basic(period_s=args.period)
+    load_s = time.monotonic() - began
+    turns = []
+    for question in QUESTIONS[: args.questions]:
+        turn = ask(cascade, question)
+        turn.answer_heard = transcribe_answer(cascade, turn)
+        turns.append(turn)
+        print(f"{turn.latency_s} s  {turn.heard!r} -> {turn.said!r}", file=sys.stderr)
+    cascade.close()
+    latencies = [t.latency_s for t in turns if t.latency_s is not None]
+    result = {
+        "environment": environment(" ".join(sys.argv)),
+        "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
+        "period_s": args.period,
+        "load_s": round(load_s, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "latency_s": {
+            "what": "end of the spoken question to the first reply audio, wall clock",
+            "n": len(latencies),
+            "p50": round(float(np.percentile(latencies, 50)), 3) if latencies else None,
+            "p95": round(float(np.percentile(latencies, 95)), 3) if latencies else None,
+            "max": max(latencies, default=None),
+        },
+        "turns": [t.facts() for t in turns],
+    }
+    result["machine"]["load_average_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["latency_s"]), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
