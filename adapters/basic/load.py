@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from adapters.basic.cascade import BasicCascade
 from adapters.basic.shipped import check_installed
@@ -20,13 +21,19 @@ Progress = Callable[[str, float], None]
 
 
 def load_basic(
-    period_s: float = 0.5, progress: Progress | None = None, threads: int | None = None
+    period_s: float = 0.5,
+    progress: Progress | None = None,
+    threads: int | None = None,
+    torch_threads: int = 1,
 ) -> BasicCascade:
     """The cascade with Whisper tiny.en, SmolLM2-135M-Instruct and Piper's joe voice.
 
     ``progress(stage, fraction)`` hears ``("loading", 0..1)``. ``threads``: CTranslate2's CPU
-    threads for recognition (default: the cores, at most 4); the reply model uses torch's pool
-    and the voice onnxruntime's. ``HF_HUB_OFFLINE`` is set: every file comes from a wheel.
+    threads for recognition (default: the cores, at most 4); the voice uses onnxruntime's pool.
+    ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
+    here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
+    machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
+    1.9-5.9 s for two sentences). ``HF_HUB_OFFLINE`` is set: every file comes from a wheel.
     Raises ``RuntimeError`` (one line) when a package is missing.
     """
     report = progress or (lambda stage, fraction: None)
@@ -36,6 +43,7 @@ def load_basic(
     from adapters.basic.reply import Replier
     from adapters.basic.voice import Voice
 
+    torch.set_num_threads(torch_threads)
     report("loading", 0.0)
     recognizer = Recognizer(threads or min(4, os.cpu_count() or 1))
     report("loading", 0.1)

@@ -1,0 +1,186 @@
+"""The basic cascade's turn logic and threading, with stand-in models (fast, no weights).
+
+The stand-ins answer at once (or block on an Event where the test needs the worker busy); the
+speech is real (espeak-ng), so silero-vad and the turn-taker run as in use. The worker is driven
+by feeding silence until the turn ends, polling: what is asserted is what was heard, said and
+played, never how many periods it took.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from adapters.basic.cascade import BasicCascade, CascadeStep
+from engine.duplex import Phase
+from tests.speech import conversation
+
+PERIOD_S = 0.5
+OUT_RATE = 8000  # the stand-in voice's rate: any rate with whole periods works
+TONE_S = 0.4  # each voiced clause: a tone this long
+
+
+class Ears:
+    """Hears every utterance as ``text``; ``gate`` (when given) holds it until set."""
+
+    rate = 16000
+
+    def __init__(
+        self, text: str = "what is the capital of france", gate: threading.Event | None = None
+    ):
+        self.text, self.gate, self.heard = text, gate, 0
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        self.heard += 1
+        return self.text
+
+
+class Mouth:
+    """Says ``clauses``, one ``say`` each, stopping when cancelled."""
+
+    def __init__(self, clauses: tuple[str, ...] = ("Paris,", "in France.")) -> None:
+        self.clauses = clauses
+
+    def reply(self, question: str, say: Callable[[str], None], cancelled: threading.Event) -> str:
+        for clause in self.clauses:
+            if cancelled.is_set():
+                break
+            say(clause)
+        return " ".join(self.clauses)
+
+
+class Tone:
+    """A 440 Hz tone of ``seconds`` per clause."""
+
+    rate = OUT_RATE
+
+    def __init__(self, seconds: float = TONE_S) -> None:
+        self.seconds = seconds
+
+    def speak(self, text: str) -> np.ndarray:
+        t = np.arange(round(self.seconds * self.rate)) / self.rate
+        return (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., BasicCascade]]:
+    made: list[BasicCascade] = []
+
+    def build(ears: Ears | None = None, mouth: Mouth | None = None, tone: Tone | None = None):
+        cascade = BasicCascade(ears or Ears(), mouth or Mouth(), tone or Tone(), PERIOD_S)
+        made.append(cascade)
+        return cascade
+
+    yield build
+    for cascade in made:
+        cascade.close()
+
+
+def feed(cascade: BasicCascade, audio: np.ndarray) -> list[CascadeStep]:
+    n = cascade.input_samples
+    padded = np.zeros(-(-audio.size // n) * n, dtype=np.float32)
+    padded[: audio.size] = audio
+    return [cascade.step(padded[i : i + n]) for i in range(0, padded.size, n)]
+
+
+def until_turn_end(cascade: BasicCascade, limit_s: float = 30.0) -> list[CascadeStep]:
+    """Silence, period after period (polling the worker), until the assistant's turn ends."""
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    steps: list[CascadeStep] = []
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        steps.append(cascade.step(silence))
+        if steps[-1].turn_end:
+            return steps
+        time.sleep(0.005)
+    raise AssertionError(f"the turn did not end within {limit_s} s")
+
+
+def loud(steps: list[CascadeStep]) -> int:
+    return sum(int(np.count_nonzero(np.abs(s.pcm) > 1e-3)) for s in steps)
+
+
+def test_a_question_gets_every_clause_spoken_once(make):
+    cascade = make()
+    steps = feed(cascade, conversation([0.5, "what is the capital of france", 0.2]).audio)
+    steps += until_turn_end(cascade)
+    assert all(len(s.pcm) == cascade.output_samples for s in steps)
+    assert " ".join(s.user_text for s in steps if s.user_text) == "what is the capital of france"
+    assert " ".join(s.assistant_text for s in steps if s.assistant_text) == "Paris, in France."
+    # Both clauses played in full (tones are continuous: a sample near a zero crossing of the
+    # sine may be under the threshold, so count with a little slack).
+    assert loud(steps) >= 0.97 * 2 * TONE_S * OUT_RATE
+    speaking = [s for s in steps if s.phase is Phase.SPEAK]
+    assert speaking and speaking[-1].turn_end and not speaking[-1].barge_in
+    assert sum(s.turn_end for s in steps) == 1
+    assert not cascade.speaking
+
+
+def test_steps_never_wait_for_the_models(make):
+    gate = threading.Event()
+    cascade = make(ears=Ears(gate=gate))
+    feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
+    assert cascade.speaking  # the turn was taken; the recognizer is still blocked
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    for _ in range(5):
+        began = time.monotonic()
+        step = cascade.step(silence)
+        assert time.monotonic() - began < 1.0  # a step is ~ms; the worker is blocked for good
+        assert step.phase is Phase.SPEAK and not step.pcm.any() and not step.turn_end
+    gate.set()
+    assert loud(until_turn_end(cascade)) > 0
+
+
+def test_barge_in_stops_the_answer(make):
+    cascade = make(mouth=Mouth(tuple(f"clause {i}." for i in range(20))), tone=Tone(1.0))
+    feed(cascade, conversation([0.5, "tell me a long story", 0.2]).audio)
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    deadline = time.monotonic() + 30
+    while not cascade.step(silence).pcm.any():  # until the answer is heard
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    steps = feed(cascade, conversation(["no wait, stop talking please", 0.3]).audio)
+    barged = [s for s in steps if s.barge_in]
+    assert len(barged) == 1 and barged[0].turn_end and barged[0].phase is Phase.LISTEN
+    after = steps[steps.index(barged[0]) :]
+    assert not any(s.pcm.any() for s in after)  # nothing of the old answer plays after it
+
+
+def test_speech_that_resumes_cancels_the_speculative_answer(make):
+    ears = Ears()
+    cascade = make(ears=ears)
+    # A 0.3-s pause inside the question (shorter than the turn-taker's 0.6 s): the first half
+    # starts a speculative job, the second half cancels it; one answer, to the whole question.
+    talk = conversation([0.5, "what is the capital", 0.3, "of france", 0.2])
+    steps = feed(cascade, talk.audio) + until_turn_end(cascade)
+    assert sum(s.turn_end for s in steps) == 1
+    assert " ".join(s.assistant_text for s in steps if s.assistant_text) == "Paris, in France."
+
+
+def test_nothing_heard_ends_the_turn_in_silence(make):
+    cascade = make(ears=Ears(text=" "))
+    steps = feed(cascade, conversation([0.5, "hmm, well", 0.2]).audio) + until_turn_end(cascade)
+    assert steps[-1].turn_end and not any(s.pcm.any() for s in steps)
+
+
+def test_reset_drops_the_answer_in_flight(make):
+    gate = threading.Event()
+    cascade = make(ears=Ears(gate=gate))
+    feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
+    assert cascade.speaking
+    cascade.reset()
+    gate.set()
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    steps = [cascade.step(silence) for _ in range(6)]
+    assert all(s.phase is Phase.LISTEN and not s.pcm.any() for s in steps)
+
+
+def test_a_period_must_be_whole_samples_at_both_rates():
+    with pytest.raises(ValueError, match="whole number of samples"):
+        BasicCascade(Ears(), Mouth(), Tone(), period_s=0.3333)
