@@ -52,6 +52,43 @@ QUESTIONS = (
 LEAD_S = 1.0  # silence before each question
 
 
+class Stamps:
+    """Wall-clock stamps of the worker's model calls (wraps the cascade's recognizer and voice)."""
+
+    def __init__(self, cascade: BasicCascade) -> None:
+        self.calls: list[tuple[str, float, float]] = []  # (what, began, ended)
+        self._hear, self._speak = cascade.recognizer.transcribe, cascade.voice.speak
+        cascade.recognizer.transcribe = self._timed("recognize", self._hear)  # type: ignore[method-assign]
+        cascade.voice.speak = self._timed("speak", self._speak)  # type: ignore[method-assign]
+
+    def _timed(self, what: str, call: Any) -> Any:
+        def timed(arg: Any) -> Any:
+            began = time.monotonic()
+            out = call(arg)
+            self.calls.append((what, began, time.monotonic()))
+            return out
+
+        return timed
+
+    def breakdown(self, eos: float, first: float | None) -> dict[str, float]:
+        """Seconds after the end of speech: the recognition and first clause behind the first
+        audio (the last recognition started before it, the first synthesis after that)."""
+        if first is None:
+            return {}
+        hears = [c for c in self.calls if c[0] == "recognize" and c[2] <= first]
+        if not hears:
+            return {}
+        _, began, heard = hears[-1]
+        speaks = [c for c in self.calls if c[0] == "speak" and c[1] >= heard]
+        out = {"recognition_began": began - eos, "recognized": heard - eos}
+        if speaks:
+            out |= {
+                "first_clause_ready": speaks[0][1] - eos,
+                "first_clause_voiced": speaks[0][2] - eos,
+            }
+        return {k: round(v, 3) for k, v in out.items()}
+
+
 @dataclass
 class Turn:
     """One question and its answer, as the cascade streamed them."""
@@ -63,6 +100,7 @@ class Turn:
     answer_s: float  # seconds of the answer from its first to its last non-silent sample
     periods: int  # periods from the question's start to the turn's end
     slowest_step_ms: float  # the engine thread's longest step
+    after_eos_s: dict[str, float]  # when the models behind the first audio ran (Stamps)
     audio: np.ndarray = field(repr=False)  # the answer's PCM at the voice's rate (not in JSON)
     answer_heard: str = ""  # the answer's audio through the recognizer (filled by the caller)
 
@@ -71,7 +109,9 @@ class Turn:
         return {k: v for k, v in vars(self).items() if k != "audio"}
 
 
-def ask(cascade: BasicCascade, question: str, timeout_s: float = 60.0) -> Turn:
+def ask(
+    cascade: BasicCascade, question: str, stamps: Stamps | None = None, timeout_s: float = 60.0
+) -> Turn:
     """Speak ``question`` to ``cascade`` in real time and stream until its turn ends."""
     talk = conversation([LEAD_S, question])
     eos = talk.speech[-1][1]
@@ -112,6 +152,7 @@ def ask(cascade: BasicCascade, question: str, timeout_s: float = 60.0) -> Turn:
         answer_s=round((loud[-1] - loud[0]) / cascade.output_rate, 2) if loud.size else 0.0,
         periods=k,
         slowest_step_ms=round(slowest * 1000, 2),
+        after_eos_s=stamps.breakdown(t0 + eos, first) if stamps is not None else {},
         audio=audio,
     )
     return turn
@@ -134,12 +175,16 @@ def main() -> None:
     began = time.monotonic()
     cascade = load_basic(period_s=args.period)
     load_s = time.monotonic() - began
+    stamps = Stamps(cascade)
     turns = []
     for question in QUESTIONS[: args.questions]:
-        turn = ask(cascade, question)
+        turn = ask(cascade, question, stamps)
         turn.answer_heard = transcribe_answer(cascade, turn)
         turns.append(turn)
-        print(f"{turn.latency_s} s  {turn.heard!r} -> {turn.said!r}", file=sys.stderr)
+        print(
+            f"{turn.latency_s} s {turn.after_eos_s} {turn.heard!r} -> {turn.said!r}",
+            file=sys.stderr,
+        )
     cascade.close()
     latencies = [t.latency_s for t in turns if t.latency_s is not None]
     result = {
@@ -154,6 +199,18 @@ def main() -> None:
             "p50": round(float(np.percentile(latencies, 50)), 3) if latencies else None,
             "p95": round(float(np.percentile(latencies, 95)), 3) if latencies else None,
             "max": max(latencies, default=None),
+        },
+        "after_eos_s_p50": {
+            key: round(
+                float(np.median([t.after_eos_s[key] for t in turns if key in t.after_eos_s])), 3
+            )
+            for key in (
+                "recognition_began",
+                "recognized",
+                "first_clause_ready",
+                "first_clause_voiced",
+            )
+            if any(key in t.after_eos_s for t in turns)
         },
         "turns": [t.facts() for t in turns],
     }

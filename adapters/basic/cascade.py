@@ -15,12 +15,13 @@ drains the current job's queue without blocking and plays silence until audio is
 cancelled through an ``Event`` the worker checks after every token and before every clause; a
 cancelled job's queue is dropped with it, so nothing stale is ever played.
 
-Speculation. A job starts as soon as the user's voice stops (the first unvoiced window), not when
-the turn-taker hands over the turn (``pause_s`` = 0.6 s later): by the take, recognition is
-done and the first clause is often voiced. Its output is held until the take; if the user
-speaks again first (or the sound was too short to answer), the job is cancelled and the next
-silence starts a new one over the whole utterance. So the first reply audio comes ~1.5 s after
-the end of the question on two idle cores (bench/basic_cpu.py measures it).
+Speculation. A job starts once the user's voice has stopped for ``speculate_s`` (0.2 s), not when
+the turn-taker hands over the turn (``pause_s`` = 0.6 s): by the take, recognition is done and
+the first clause is on its way. Its output is held until the take; if the user speaks again
+first (or the sound was too short to answer), the job is cancelled and the next silence starts
+a new one over the whole utterance. Not at the first unvoiced window: the gaps between words
+would start recognitions that cannot be interrupted and keep the worker from the real one.
+bench/basic_cpu.py measures end of speech to first reply audio, with a breakdown.
 
 Output: exactly one period of PCM at the voice's rate per step, silence where nothing is queued,
 so the caller's sink stays continuous. The phase is ``SPEAK`` from the take (the assistant holds
@@ -103,6 +104,7 @@ class BasicCascade:
         period_s: the period; ``period_s`` times each rate must be a whole number of samples.
         turns: turn-taking thresholds (the synthetic family's defaults).
         preroll_s: audio kept before the first voiced window, so a soft onset is not cut.
+        speculate_s: silence after which the answer starts before the turn is taken.
         max_utterance_s: the longest utterance recognized (Whisper hears at most 30 s).
     """
 
@@ -114,6 +116,7 @@ class BasicCascade:
         period_s: float = 0.5,
         turns: TurnParams | None = None,
         preroll_s: float = 0.3,
+        speculate_s: float = 0.2,
         max_utterance_s: float = 30.0,
     ) -> None:
         if recognizer.rate != RATE:
@@ -124,6 +127,7 @@ class BasicCascade:
         self.recognizer, self.replier, self.voice = recognizer, replier, voice
         self.vad = VoiceActivity()
         self.taker = TurnTaker(turns)
+        self._speculate = self.taker.params.windows(speculate_s)
         self._preroll = round(preroll_s * RATE)
         self._max_utterance = round(max_utterance_s * RATE)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -146,6 +150,7 @@ class BasicCascade:
         self._heard_start = 0
         self._windows = 0  # VAD windows seen; window w covers samples [w·512, (w+1)·512)
         self._run_start = 0  # the window where the current voiced run began
+        self._quiet = 0  # unvoiced windows since the user's voice last stopped
         self._utterance = 0  # the sample where the user's current utterance begins
         self._done = False  # the current job posted ``done``
         self._playout: deque[np.ndarray] = deque()
@@ -195,6 +200,7 @@ class BasicCascade:
         self._windows += 1
         if self.taker.voiced and not voiced:
             self._run_start = window
+        self._quiet = 0 if self.taker.voiced else self._quiet + 1
         if self.taker.floor is Floor.USER and floor is not Floor.USER:  # a new utterance
             self._cancel()  # a barge-in's answer, if any
             self._utterance = max(0, self._run_start * WINDOW - self._preroll)
@@ -202,8 +208,8 @@ class BasicCascade:
             if self._job is None:  # the voice stopped in a held window: no speculation yet
                 self._start(self._windows * WINDOW)
         elif self.taker.floor is Floor.USER:
-            if voiced and not self.taker.voiced:  # the voice stopped: speculate
-                self._start(window * WINDOW)
+            if self._quiet == self._speculate:  # the voice stopped a while ago: speculate
+                self._start(self._windows * WINDOW)
             elif self.taker.voiced and not voiced:  # it spoke again: that answer is stale
                 self._cancel()
         elif floor is Floor.USER and self.taker.floor is Floor.IDLE:  # too short to answer
