@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from adapters.registry import family_keys
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound, load_declaration
 from engine.plan import make_plan, plan_as_dict
@@ -99,7 +100,10 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--trace", type=Path, help="output Perfetto trace (.json)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--declaration", default="minicpmo45", help="minicpmo45 or lycheefd")
+    parser.add_argument(
+        "--family", default="synthetic", choices=("synthetic", "lycheefd"),
+        help="whose decoder: MiniCPM-o 4.5's (28/25 windows) or Lychee-FD's (13/10)",
+    )  # fmt: skip
     parser.set_defaults(run=_run_synth)
 
 
@@ -117,7 +121,7 @@ def _run_synth(args: argparse.Namespace) -> int:
             trace=args.trace,
             checkpoint=args.checkpoint,
             seed=args.seed,
-            declaration=args.declaration,
+            family=args.family,
             **({"device": args.device} if args.device else {}),
         )
         summary = synthesize(request)
@@ -150,12 +154,15 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )  # fmt: skip
     parser.add_argument("--arm", help="eager, S, R, Rc, SR or SRc (default: settings, SRc)")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), help="compute device")
-    parser.add_argument("--model-size", choices=("auto", "full", "small"), help="Token2Wav size")
     parser.add_argument(
-        "--family", choices=("minicpmo45", "lycheefd"),
-        help="model family: MiniCPM-o 4.5 (28-token windows) or Lychee-FD (13-token windows)",
+        "--model-size", choices=("auto", "full", "small"),
+        help="full (the released sizes) or small (real time on a CPU); auto: full on CUDA",
     )  # fmt: skip
-    parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="a token2wav folder")
+    parser.add_argument(
+        "--family", choices=family_keys(),
+        help="model family (default: settings, synthetic): " + ", ".join(family_keys()),
+    )  # fmt: skip
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="the family's model folder")
     parser.add_argument(
         "--realtime", action="store_true",
         help="pace file input to the wall clock (default: a simulated clock, periods back to back)",
@@ -177,16 +184,13 @@ def _run_converse(args: argparse.Namespace) -> int:
         raise _UsageError(
             "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
         )
-    from adapters.token2wav.config import CheckpointError
     from app.converse import converse, request_from_args
     from app.settings import SettingsError
 
     try:
         summary = converse(request_from_args(args))
-    except (ValueError, OSError) as error:  # ConverseError, SettingsError, CheckpointError, ...
-        kind = "request"
-        if isinstance(error, SettingsError | CheckpointError):
-            kind = "settings" if isinstance(error, SettingsError) else "checkpoint"
+    except (ValueError, OSError) as error:  # ConverseError, SettingsError (the family's too), ...
+        kind = "settings" if isinstance(error, SettingsError) else "request"
         print(f"duplexcadence converse: bad {kind}: {error}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as error:  # app.audio.AudioError (no device, device lost at start)

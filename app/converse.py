@@ -174,7 +174,7 @@ def _run(
 def _answer_pending(session: Session, outcomes: list[PeriodOutcome], drained: int) -> bool:
     if drained >= DRAIN_PERIODS or not outcomes:
         return False
-    return bool(outcomes[-1].phase is Phase.SPEAK or session.loop.windower.in_turn)
+    return bool(outcomes[-1].phase is Phase.SPEAK or session.in_turn)
 
 
 def _source(req: ConverseRequest, rate: int, stack: ExitStack) -> PeriodSource:

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from adapters.face import FamilyError, ModelRequest
+from adapters.registry import DEFAULT_FAMILY, family, family_keys
 from engine.arms import Arm
 from engine.files import atomic_write
 
@@ -35,7 +37,7 @@ __all__ = [
     "settings_path",
 ]
 
-FAMILIES = ("minicpmo45", "lycheefd")
+FAMILIES = family_keys()
 MODEL_SIZES = ("auto", "full", "small")
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -48,9 +50,9 @@ class SettingsError(ValueError):
 class Settings:
     """Everything a session is built from; defaults run anywhere (seeded random weights)."""
 
-    family: str = "minicpmo45"  # declaration key (minicpmo45 | lycheefd)
+    family: str = DEFAULT_FAMILY  # a key of adapters.registry
     model_size: str = "auto"  # full | small | auto (full on CUDA, small on CPU)
-    checkpoint: Path | None = None  # token2wav folder; None = seeded random weights (NOT speech)
+    checkpoint: Path | None = None  # the family's checkpoint folder; None = seeded random weights
     voice: Path | None = None  # voice prompt WAV (needs a checkpoint); None = seeded random voice
     voice_frames: int = 302
     device: str = "auto"  # auto | cuda | cpu
@@ -93,6 +95,22 @@ class Settings:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def model_request(self, **overrides: Any) -> ModelRequest:
+        """What these settings ask of their family, ``auto`` resolved (``overrides``: test and
+        benchmark knobs such as ``n_steps`` or ``envelope``)."""
+        device = self.resolved_device()
+        fields = {
+            "device": device,
+            "model_size": self.resolved_model_size(device),
+            "checkpoint": self.checkpoint,
+            "voice": self.voice,
+            "voice_frames": self.voice_frames,
+            "arm": self.arm,
+            "audit": self.audit,
+            "seed": self.seed,
+        }
+        return ModelRequest(**{**fields, **overrides})
 
     def resolved_model_size(self, device: str | None = None) -> str:
         """``auto`` made concrete: full on CUDA, small on CPU (real time on two cores)."""
@@ -200,38 +218,18 @@ def save_settings(s: Settings, path: Path | None = None) -> Path:
 
 
 def check_settings(s: Settings) -> None:
-    """Everything a session needs from the machine, checked before loading; raises the fix."""
+    """Everything a session needs from the machine, checked before loading; raises the fix.
+
+    Torch is imported only for ``device = cuda``; the family's own checks (checkpoint folder,
+    voice) are its face's ``check`` (torch-free), so the settings dialog can call this.
+    """
     _check_values(s, "settings")
     if s.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise SettingsError("device = cuda, but no CUDA device is present: choose cpu or auto")
-    size = s.resolved_model_size()
-    if s.checkpoint is not None:
-        _check_checkpoint(s.checkpoint)
-        if size == "small":
-            raise SettingsError(
-                f"checkpoint {s.checkpoint} holds full-size weights, but model_size is small "
-                f"(auto picks small on {s.resolved_device()}): set model_size to full"
-            )
-    if s.voice is not None:
-        if s.checkpoint is None:
-            raise SettingsError(
-                f"voice {s.voice} needs a checkpoint (its speech tokenizer and speaker model): "
-                "choose a checkpoint folder or clear the voice"
-            )
-        if not s.voice.is_file() or s.voice.suffix.lower() != ".wav":
-            raise SettingsError(f"voice {s.voice} is not a .wav file: choose a voice recording")
-
-
-def _check_checkpoint(folder: Path) -> None:
-    from adapters.token2wav.config import CheckpointError, check_folder  # torch-free
-
     try:
-        check_folder(folder)
-    except CheckpointError as error:
-        raise SettingsError(
-            f"{error}: choose the token2wav folder "
-            "(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)"
-        ) from None
+        family(s.family).check(s.model_request())
+    except FamilyError as error:
+        raise SettingsError(str(error)) from None

@@ -19,31 +19,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from adapters.token2wav.binding import DECLARATIONS, call_classes
-from adapters.token2wav.checkpoint import CheckpointError, load_token2wav
-from adapters.token2wav.prompt import (
-    SPEAKER_FILE,
-    TOKENIZER_FILE,
-    PromptError,
-    VoicePrompt,
-    check_prompt_wav,
-    random_voice,
-    voice_from_wav,
-)
-from adapters.token2wav.speech import SpeechStream
-from adapters.token2wav.stream import FlowStream
+from adapters.face import FamilyError, ModelRequest
+from adapters.token2wav.family import LYCHEEFD, SYNTHETIC, Token2WavFamily
 from app.periods import write_wav
 from app.progress import PeriodBar
 from engine.arms import Arm
 from engine.metrics import Metrics
-from engine.replay import ReplayEngine
 from engine.trace import TraceWriter, check_trace_path, session_metadata
 from engine.trace_export import export_perfetto
 
-SAMPLE_RATE = 24_000
-STRIDE, LOOKAHEAD, VOCAB = 25, 3, 6561
+FAMILIES: dict[str, Token2WavFamily] = {f.key: f for f in (SYNTHETIC, LYCHEEFD)}
 
 
 @dataclass(frozen=True)
@@ -62,13 +48,40 @@ class SynthRequest:
     checkpoint: Path | None = None
     device: str = "cuda" if torch.cuda.is_available() else "cpu"
     seed: int = 0
-    declaration: str = "minicpmo45"
+    family: str = "synthetic"
     prompt_wav: Path | None = None
+
+    def model_request(self) -> ModelRequest:
+        """The decoder's load request (the full-size model; the envelope only where it runs)."""
+        return ModelRequest(
+            device=self.device,
+            model_size="full",
+            checkpoint=self.checkpoint,
+            voice=self.prompt_wav,
+            voice_frames=self.voice_frames or 0,
+            arm=self.arm,
+            seed=self.seed,
+            envelope=not self.arm.state_rule,
+        )
 
 
 def check_request(req: SynthRequest) -> None:
     """Fail before loading anything, with the fix in the message."""
-    _check_voice(req)
+    if req.family not in FAMILIES:
+        raise ValueError(f"--family {req.family}: expected one of {', '.join(FAMILIES)}")
+    if (req.voice_frames is None) == (req.prompt_wav is None):
+        raise ValueError("give one voice: --voice-frames P (random) or --prompt-wav F (recording)")
+    if req.prompt_wav is not None and req.checkpoint is None:
+        raise FamilyError(
+            "--prompt-wav needs --checkpoint DIR: the Token2Wav folder whose speech tokenizer "
+            "and speaker model turn the recording into a voice",
+            "voice",
+        )
+    if req.voice_frames is not None and (req.voice_frames < 6 or req.voice_frames % 2):
+        raise ValueError(
+            f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
+            ">= 6 (two per prompt token; the default voice has 302)"
+        )
     if req.seconds < 1:
         raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")
     if req.wav.suffix.lower() != ".wav" or not req.wav.parent.is_dir():
@@ -79,57 +92,23 @@ def check_request(req: SynthRequest) -> None:
         check_trace_path(req.trace.with_suffix(".jsonl"), overwrite=True)
     if req.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device here; pass --device cpu")
-
-
-def _check_voice(req: SynthRequest) -> None:
-    if (req.voice_frames is None) == (req.prompt_wav is None):
-        raise ValueError("give one voice: --voice-frames P (random) or --prompt-wav F (recording)")
-    if req.prompt_wav is not None:
-        if req.checkpoint is None:
-            raise PromptError(
-                f"--prompt-wav needs --checkpoint DIR: the Token2Wav folder whose {TOKENIZER_FILE} "
-                f"and {SPEAKER_FILE} turn the recording into a voice"
-            )
-        check_prompt_wav(req.prompt_wav)
-        return
-    assert req.voice_frames is not None, "a request names --voice-frames or --prompt-wav"
-    if req.voice_frames < 2 * LOOKAHEAD or req.voice_frames % 2:
-        raise ValueError(
-            f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
-            f">= {2 * LOOKAHEAD} (two per prompt token; the default voice has 302)"
-        )
-
-
-def load_voice(req: SynthRequest) -> VoicePrompt:
-    """The request's voice on its device: the recording's (vendor preparation) or a random one."""
-    if req.prompt_wav is not None:
-        assert req.checkpoint is not None, "check_request lets --prompt-wav through only with it"
-        return voice_from_wav(req.prompt_wav, req.checkpoint, req.device)
-    assert req.voice_frames is not None, "a request names --voice-frames or --prompt-wav"
-    return random_voice(req.voice_frames, req.seed, req.device)
+    FAMILIES[req.family].check(req.model_request())
 
 
 def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
     check_request(req)
-    voice = load_voice(req)  # before the flow: a bad prompt fails in a second, not after loading
-    flow, hift = load_token2wav(
-        req.checkpoint, seed=req.seed, device=req.device, envelope=not req.arm.state_rule
-    )
-    engine = ReplayEngine(req.device, enabled=req.arm.replay)
-    classes = call_classes(req.declaration, voice.frames)
-    flow_stream = FlowStream(
-        flow, voice.tokens, voice.mel, voice.spk, arm=req.arm, engine=engine, classes=classes
-    )
-    stream = SpeechStream(flow_stream, hift, engine)
+    model = FAMILIES[req.family].load_speech(req.model_request(), lambda stage, fraction: None)
+    stream, engine, windower = model.speech, model.engine, model.windower
     metrics = Metrics(1.0, device=req.device, arm=str(req.arm))
-    writer = _writer(req, voice.frames)
+    writer = _writer(req, model.voice.frames, model.declaration.name)
     pcm: list[np.ndarray] = []
     worst = total = 0.0
-    tokens = _tokens(req.seconds, req.seed, req.device)
+    stride, lookahead = windower.stride, windower.lookahead
+    tokens = _tokens(req.seconds, stride, lookahead, model.vocab, req.seed, req.device)
     calls = [
-        (tokens[:, i * STRIDE : i * STRIDE + STRIDE + LOOKAHEAD], False) for i in range(req.seconds)
-    ] + [(tokens[:, req.seconds * STRIDE :], True)]
+        (tokens[:, i * stride : i * stride + stride + lookahead], False) for i in range(req.seconds)
+    ] + [(tokens[:, req.seconds * stride :], True)]
     bar = PeriodBar("synth", len(calls)) if progress else None
     try:
         for window, last in calls:
@@ -147,24 +126,26 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
             bar.close()
         if writer is not None:
             writer.close()
-    write_wav(req.wav, np.concatenate(pcm), SAMPLE_RATE)
+    write_wav(req.wav, np.concatenate(pcm), model.output_rate)
     if req.trace is not None:
         export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
-    audio_s = sum(len(p) for p in pcm) / SAMPLE_RATE
+    audio_s = sum(len(p) for p in pcm) / model.output_rate
     return {"audio_s": audio_s, "mean_period_s": total / len(calls), "max_period_s": worst}
 
 
-def _tokens(seconds: int, seed: int, device: str) -> Tensor:
+def _tokens(
+    seconds: int, stride: int, lookahead: int, vocab: int, seed: int, device: str
+) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + 2)
-    count = seconds * STRIDE + LOOKAHEAD
-    return torch.randint(0, VOCAB, (1, count), generator=g, dtype=torch.int32).to(device)
+    count = seconds * stride + lookahead
+    return torch.randint(0, vocab, (1, count), generator=g, dtype=torch.int32).to(device)
 
 
-def _writer(req: SynthRequest, voice_frames: int) -> TraceWriter | None:
+def _writer(req: SynthRequest, voice_frames: int, declaration: str) -> TraceWriter | None:
     if req.trace is None:
         return None
     meta = session_metadata(
-        declaration=DECLARATIONS.get(req.declaration, req.declaration),
+        declaration=declaration,
         arm=str(req.arm),
         device=req.device,
         settings={
@@ -179,11 +160,10 @@ def _writer(req: SynthRequest, voice_frames: int) -> TraceWriter | None:
     return TraceWriter(req.trace.with_suffix(".jsonl"), meta, overwrite=True)
 
 
+_KINDS = {"checkpoint": "checkpoint", "voice": "voice prompt"}
+
+
 def load_error(exc: Exception) -> str:
     """The one-line message ``synth`` prints for a request it cannot serve."""
-    kind = "request"
-    if isinstance(exc, CheckpointError):
-        kind = "checkpoint"
-    elif isinstance(exc, PromptError):
-        kind = "voice prompt"
-    return f"duplexcadence synth: bad {kind}: {exc}"
+    setting = exc.setting if isinstance(exc, FamilyError) else None
+    return f"duplexcadence synth: bad {_KINDS.get(setting or '', 'request')}: {exc}"

@@ -314,6 +314,25 @@ class Declaration:
             )
         return resolve_operating_point(self.operating_point, overrides)
 
+    def clock_rate(self, name: str, values: Mapping[str, int] | None = None) -> float:
+        """Ticks per second of clock ``name``: its root's ``rate_hz`` times every ratio down to it
+        (the Token2Wav ``sample`` clock: 25 tokens/s · 2 frames · 480 samples = 24,000 Hz)."""
+        clock = self.clocks.get(name)
+        if clock is None:
+            raise DeclarationError(
+                f"{self.name}: clocks.{name} is not declared; "
+                f"expected one of {', '.join(self.clocks)}"
+            )
+        if clock.rate_hz is not None:
+            return clock.rate_hz
+        if clock.per is None or clock.per == "call" or clock.ratio is None:
+            raise DeclarationError(
+                f"{self.name}: clocks.{name} has no fixed rate (an event or per-call clock); "
+                "declare rate_hz or per + ratio on a clock with a rate"
+            )
+        env = self.values() if values is None else values
+        return self.clock_rate(clock.per, env) * clock.ratio.evaluate(env)
+
 
 def resolve_operating_point(
     entries: Mapping[str, Expr], overrides: Mapping[str, int]

@@ -77,8 +77,8 @@ Run = tuple[list[PeriodOutcome], list[tuple[str, int, bool]]]
 def run() -> Run:
     torch.set_num_threads(1)
     session = small_session()
-    recorder = Recorder(session.loop.synthesizer)
-    session.loop.synthesizer = recorder
+    recorder = Recorder(session.loop.model.synthesizer)  # type: ignore[attr-defined]
+    session.loop.model.synthesizer = recorder  # type: ignore[attr-defined]
     outcomes = [session.step(mic) for mic in talk().periods()]
     session.close()
     return outcomes, recorder.log

@@ -20,8 +20,9 @@ from app.session import Session, build_session
 from app.settings import Settings
 from engine.arms import Arm
 from engine.contract import Order
-from engine.duplex import BackboneStep, Phase
+from engine.duplex import Phase
 from engine.trace import read_trace
+from engine.windowed import BackboneStep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,7 +56,9 @@ class ScriptedBackbone:
 
 def session(audit: bool, trace: Path | None = None, arm: Arm = Arm.SRC) -> Session:
     settings = Settings(device="cpu", model_size="small", arm=arm, audit=audit, voice_frames=40)
-    return build_session(settings, trace=trace, backbone=ScriptedBackbone(), n_steps=2)
+    session = build_session(settings, trace=trace, n_steps=2)
+    session.loop.model.backbone = ScriptedBackbone()  # type: ignore[attr-defined]
+    return session
 
 
 def converse(s: Session) -> list[Any]:
@@ -72,10 +75,10 @@ def converse(s: Session) -> list[Any]:
 def test_audit_counts_every_retention_and_changes_no_sample(tmp_path: Path) -> None:
     s_off = session(False, tmp_path / "off.jsonl")
     # Off: nothing attached, the flow writes the bare carry (no shadow op, no allocation).
-    assert s_off.audit is None and s_off.loop.synthesizer.flow.auditor is None  # type: ignore[attr-defined]
+    assert s_off.audit is None and s_off.loop.model.synthesizer.flow.auditor is None  # type: ignore[attr-defined]
     off = converse(s_off)
     s = session(True, tmp_path / "on.jsonl")
-    carry = s.loop.synthesizer.flow.carry  # type: ignore[attr-defined]
+    carry = s.loop.model.synthesizer.flow.carry  # type: ignore[attr-defined]
     before = carry.retentions
     on = converse(s)
     for a, b in zip(off, on, strict=True):
@@ -115,7 +118,7 @@ def test_a_divergence_is_an_event_of_its_period_not_a_crash(
     paper's development bug) under the newest_first declaration: the conversation runs on, and
     the period of the first wrong retention holds the event, localized."""
     s = session(True, tmp_path / "bad.jsonl", arm=Arm.S)
-    carry = s.loop.synthesizer.flow.carry  # type: ignore[attr-defined]
+    carry = s.loop.model.synthesizer.flow.carry  # type: ignore[attr-defined]
     carry.retention = dataclasses.replace(carry.retention, order=Order.OLDEST_FIRST)
     with caplog.at_level(logging.WARNING, logger="duplexcadence.audit"):
         outcomes = converse(s)

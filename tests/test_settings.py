@@ -56,7 +56,7 @@ def test_default_path_is_in_the_user_config_folder(
     ("text", "message"),
     [
         ("arm: XR\n", "unknown arm"),
-        ("family: moshi\n", "family = 'moshi': expected one of minicpmo45, lycheefd"),
+        ("family: nope\n", "family = 'nope': expected one of synthetic, lycheefd"),
         ("voice_frames: 301\n", "even number"),
         ("audit: maybe\n", "audit = 'maybe': give true or false"),
         ("armm: SRc\n", "unknown key 'armm'"),

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from adapters.synthetic import SyntheticBackbone
-from engine.duplex import Backbone, BackboneStep, Phase
+from engine.duplex import Phase
+from engine.windowed import Backbone, BackboneStep
 from tests.speech import Conversation, conversation
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -29,7 +29,8 @@ import torch
 from adapters.synthetic.lm import LMConfig, TokenLM
 from adapters.synthetic.turns import TurnEvent, TurnParams, TurnTaker
 from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
-from engine.duplex import BackboneStep, Phase
+from engine.duplex import Phase
+from engine.windowed import BackboneStep
 
 __all__ = ["SyntheticBackbone"]
 

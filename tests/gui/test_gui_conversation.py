@@ -38,7 +38,8 @@ def test_talk_switch_arm_export_and_stop(
         window.start_conversation()
     info = ready.args[0]
     assert info.weights_synthetic and info.device == "cpu" and info.arm == "SRc"
-    assert window.session_card.value("model").startswith("MiniCPM-o 4.5 Token2Wav (small")
+    assert window.session_card.value("model").startswith("MiniCPM-o 4.5 Token2Wav")
+    assert "(small, seeded random weights)" in window.session_card.value("model")
     assert window.banner.isVisible()
 
     qtbot.waitUntil(lambda: _periods(window) >= 3, timeout=SESSION_S)

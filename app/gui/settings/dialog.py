@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from adapters.registry import family
 from app.gui import theme
 from app.gui.settings.check import SettingsCheck
 from app.gui.settings.devices import DeviceChoice, device_choices
@@ -38,10 +39,6 @@ from engine.arms import Arm
 
 __all__ = ["ARM_HELP", "SettingsDialog"]
 
-FAMILY_LABELS = {
-    "minicpmo45": "MiniCPM-o 4.5 (Token2Wav, 28/25 windows)",
-    "lycheefd": "Lychee-FD (Token2Wav, 13/10 windows)",
-}
 SIZE_LABELS = {
     "auto": "auto (full on CUDA, small on CPU)",
     "full": "full (released sizes)",
@@ -120,7 +117,7 @@ class SettingsDialog(QDialog):
     def _model_group(self, s: Settings) -> QGroupBox:
         box = QGroupBox("Model")
         form = QFormLayout(box)
-        self.family = _combo([(FAMILY_LABELS.get(f, f), f) for f in FAMILIES], s.family)
+        self.family = _combo([(family(f).title, f) for f in FAMILIES], s.family)
         self.model_size = _combo([(SIZE_LABELS.get(m, m), m) for m in MODEL_SIZES], s.model_size)
         self.checkpoint = QLineEdit(str(s.checkpoint) if s.checkpoint else "")
         self.checkpoint.setPlaceholderText("none: seeded random weights (the audio is not speech)")

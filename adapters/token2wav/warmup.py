@@ -1,4 +1,4 @@
-"""The session's warm-up: the common calls of a conversation, warmed and captured before traffic.
+"""The Token2Wav warm-up: the common calls of a conversation, warmed and captured before traffic.
 
 The catalog is known before the first period (the declaration enumerates it); the warm-up drives
 the synthesizer through the call shapes a conversation opens with, so their graphs exist when
@@ -18,18 +18,20 @@ from adapters.token2wav.speech import SpeechStream
 from engine.replay import ReplayEngine
 from engine.windows import TokenWindower
 
-VOCAB = 6561
 Progress = Callable[[str, float], None]
 
 
-def warmup_turn(windower: TokenWindower, steady: int, seed: int, device: str) -> list[Any]:
+def warmup_turn(
+    windower: TokenWindower, steady: int, seed: int, device: str, vocab: int
+) -> list[Any]:
     """The calls of one turn: a full first window, ``steady`` windows, then the turn's end with
-    the lookahead alone (a barge-in's last call), as the loop's windower makes them."""
+    the lookahead alone (a barge-in's last call), as the loop's windower makes them; tokens are
+    seeded random below ``vocab``."""
     w = TokenWindower(windower.stride, windower.lookahead, windower.flush_min, windower.max_call)
     g = torch.Generator().manual_seed(seed)
 
     def tokens(n: int) -> Tensor:
-        return torch.randint(0, VOCAB, (1, n), generator=g, dtype=torch.int32).to(device)
+        return torch.randint(0, vocab, (1, n), generator=g, dtype=torch.int32).to(device)
 
     calls = w.push(tokens(w.window))
     for _ in range(steady):
@@ -41,22 +43,27 @@ def warm_up(
     stream: SpeechStream,
     windower: TokenWindower,
     engine: ReplayEngine,
+    *,
+    steady_to_bound: int,
+    vocab: int,
     seed: int,
     device: str,
     report: Progress,
 ) -> dict[str, Any]:
     """Warm and capture the classes of a conversation's common calls, then seal the engine.
 
-    Two turn shapes, each twice (first sight warms, the second captures): one with enough steady
-    windows that the attended extent reaches its bound (prompt + 100 frames), one interrupted
+    Two turn shapes, each twice (first sight warms, the second captures): one with
+    ``steady_to_bound`` steady windows, enough that the attended extent reaches its bound
+    (prompt + retained frames), one interrupted
     right after its flush. So flushes, steady windows at every extent and barge-in last calls
     replay from the first period; the rarer natural-end last calls (their size follows the
     answer's length) run eagerly, counted as ``sealed`` misses, instead of paying a capture
     mid-conversation.
     """
-    bound = -(-100 // (2 * windower.stride)) + 1
     calls = [
-        call for steady in (bound, 0) for call in warmup_turn(windower, steady, seed, device) * 2
+        call
+        for steady in (steady_to_bound, 0)
+        for call in warmup_turn(windower, steady, seed, device, vocab) * 2
     ]
     report("capture", 0.0)
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Audit mode of a session (paper §3.6): the shadow auditor on the flow stream's carry.
+"""Audit mode of a Token2Wav model (paper §3.6): the shadow auditor on the flow stream's carry.
 
 Every retention of the estimator cache under S, SR and SRc is shadowed by the stock
 concatenation the declaration states, compared bit for bit and counted, never changing what is
@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from adapters.token2wav.binding import DECLARATIONS
 from adapters.token2wav.stream import AUDIT_REGION, FlowStream
 from engine.arms import Arm
 from engine.audit import Auditor, AuditReport, Divergence, declared_retention
@@ -24,8 +23,8 @@ from engine.metrics import Metrics
 audit_log = logging.getLogger("duplexcadence.audit")
 
 
-class SessionAudit:
-    """Audit mode of one session: an :class:`~engine.audit.Auditor` on the flow's carry.
+class CarryAudit:
+    """Audit mode of one model (an ``adapters.face.FamilyAudit``): an auditor on the flow's carry.
 
     :meth:`attach` puts a fresh auditor on the carry (the warm-up gets one, the conversation
     another), checked against the declaration's retention ``declared`` of the carry's region;
@@ -40,12 +39,11 @@ class SessionAudit:
         self._metrics: Metrics | None = None
         self._seen = (0, 0, 0)
 
-    def attach(self, metrics: Metrics | None = None) -> Auditor:
-        """A fresh auditor on the carry from its next write; returns it."""
+    def attach(self, metrics: Metrics | None = None) -> None:
+        """A fresh auditor on the carry from its next write."""
         self._metrics, self._seen = metrics, (0, 0, 0)
         self.auditor = Auditor(on_divergence=self._diverged)
         self.flow.set_auditor(self.auditor, self.declared)
-        return self.auditor
 
     def header(self) -> dict[str, Any]:
         """What is audited, for the trace header."""
@@ -115,9 +113,9 @@ def _audit_counts(report: AuditReport) -> dict[str, Any]:
     }
 
 
-def session_audit(family: str, flow: FlowStream) -> SessionAudit:
+def carry_audit(declaration: str, flow: FlowStream) -> CarryAudit:
     """Audit mode's wiring: the carry's region, with its retention as the declaration states
     it at this voice's prompt length (the auditor checks the carry against the declaration)."""
-    decl = load_declaration(DECLARATIONS[family])
+    decl = load_declaration(declaration)
     env = decl.values({"f_prompt": flow.prompt_frames})
-    return SessionAudit(flow, declared_retention(decl.regions[AUDIT_REGION], env))
+    return CarryAudit(flow, declared_retention(decl.regions[AUDIT_REGION], env))

@@ -1,0 +1,123 @@
+"""The family face: the one object a model family hands the app.
+
+A family is a package under ``adapters/`` with a declaration under ``assets/declarations/`` and
+one line in :mod:`adapters.registry`. Its face (:class:`Family`) says what it is (key, title,
+declaration, which request fields it reads), checks a request before anything loads
+(:meth:`Family.check`, torch-free, so settings can be checked in the window) and loads
+(:meth:`Family.load`): the weights (a checkpoint folder or seeded random ones), the voice, the
+replay engine, the warm-up that captures every catalog signature the conversation opens with
+(then ``seal()``), and audit mode where the family has a carry to shadow. What it hands back
+(:class:`LoadedModel`) holds the :class:`~engine.duplex.PeriodModel` the conversation loop steps,
+with its native period and rates, the stage names the live panel plots, and the facts the trace
+header records.
+
+The face takes plain values (:class:`ModelRequest`), never the app's settings object: adapters
+never import ``app``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.arms import Arm
+
+if TYPE_CHECKING:  # torch-free at run time: the settings dialog lists and checks families
+    from engine.duplex import PeriodModel
+    from engine.metrics import Metrics
+    from engine.replay import ReplayEngine
+
+__all__ = [
+    "Family",
+    "FamilyAudit",
+    "FamilyError",
+    "LoadedModel",
+    "ModelRequest",
+    "Progress",
+]
+
+Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
+
+
+class FamilyError(ValueError):
+    """A request a family cannot serve; the message names the value and the fix.
+
+    ``setting`` names the request field at fault (``checkpoint``, ``voice``, ...), so each place
+    can say it in its own words (a flag in the terminal, a field in the dialog).
+    """
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What the app asks of a family, as plain values (its settings, with ``auto`` resolved).
+
+    Field names are the settings' names, so a family's error can name the setting to change.
+    """
+
+    device: str = "cpu"  # "cpu" or "cuda[:N]"
+    model_size: str = "small"  # "full" (the released sizes) or "small" (CPU real time)
+    checkpoint: Path | None = None  # a checkpoint folder; None = seeded random weights
+    voice: Path | None = None  # a voice prompt recording, where the family takes one
+    voice_frames: int = 302  # a seeded random voice's prompt length, where it applies
+    arm: Arm = Arm.SRC
+    audit: bool = False
+    seed: int = 0
+    trust_checkpoint_code: bool = False  # the user agreed to run code from the checkpoint folder
+    n_steps: int | None = None  # solver steps per call instead of the model size's (tests)
+    envelope: bool = True  # load the stock state envelope, so every arm can be switched to
+
+
+class FamilyAudit(Protocol):
+    """Audit mode of a loaded model (paper §3.6): the shadow auditor on its carry."""
+
+    def attach(self, metrics: Metrics) -> None:
+        """Record divergences as events of ``metrics``' periods from now on (a fresh count)."""
+        ...
+
+    def period(self, arm: Arm) -> dict[str, Any]:
+        """This period's audit counts for its trace record (``loop["audit"]``)."""
+        ...
+
+    def header(self) -> dict[str, Any]:
+        """What is audited, for the trace header."""
+        ...
+
+
+@dataclass
+class LoadedModel:
+    """A loaded, warmed-up model: what :meth:`Family.load` hands the app."""
+
+    model: PeriodModel  # stepped one native period at a time by engine.duplex.DuplexLoop
+    engine: ReplayEngine | None  # its replay engine (counters per period), sealed after warm-up
+    title: str  # what the window calls it, e.g. "Moshi (small, seeded random weights)"
+    declaration: str  # the declaration's name
+    weights_synthetic: bool  # seeded random weights: the audio is not speech
+    stages: tuple[str, ...]  # the spans of a period the live panel plots, in order
+    warmup: dict[str, Any] = field(default_factory=dict)  # what warm-up did (calls, captures, s)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # more for the trace header
+    audit: FamilyAudit | None = None  # audit mode, when asked for and the family has a carry
+    has_text: bool = False  # the model says text (a transcript) beside its speech
+
+
+class Family(Protocol):
+    """One model family's face; see the module docstring."""
+
+    key: str  # the settings' and the command line's name, e.g. "moshi"
+    title: str  # for people, e.g. "Moshi (Kyutai): 7B speech-text model + Mimi codec"
+    declaration: str  # its declaration's name (assets/declarations/<name>.yaml)
+    reads: frozenset[str]  # the ModelRequest fields it uses; the window greys out the others
+
+    def check(self, request: ModelRequest) -> None:
+        """Raise :class:`FamilyError` naming the fix if ``request`` cannot load (torch-free:
+        folders and files only, so the settings dialog can call it)."""
+        ...
+
+    def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
+        """Load, warm up and seal; reports ``("loading", 0..1)`` then ``("capture", 0..1)``."""
+        ...

@@ -1,0 +1,286 @@
+"""The Token2Wav families' face: a synthetic backbone speaking through the Token2Wav decoder.
+
+Two declarations, one face each: ``synthetic`` (MiniCPM-o 4.5's decoder, 28-token windows at a
+25-token stride) and ``lycheefd`` (Lychee-FD's, 13/10). The backbone that decides when to speak
+is the seeded synthetic one (``adapters.synthetic``: real turn-taking from silero-vad, random
+speech tokens), so without a checkpoint the audio is not speech, and with one it is speech
+synthesis of random tokens: the decoder's cadence, replay and memory are what is real.
+
+:meth:`Token2WavFamily.load` builds, from the request and the declaration alone: the flow and
+HiFT (a checkpoint folder or seeded random weights, ``full`` or ``small``), the voice prompt
+(a recording through the checkpoint's tokenizer and speaker model, or seeded random of
+``voice_frames``), the replay engine, the catalog at the voice's prompt length, the streams
+under the request's arm, audit mode on the carry, the warm-up (then ``seal()``), and the
+windowed period model. The stock cache envelope is loaded unless ``envelope=False`` (≈ 2.2 GB at
+full size), so every arm, eager included, can be switched to live. After warm-up the global
+generators are re-seeded: the conversation's audio depends only on the request and the input.
+
+:meth:`Token2WavFamily.load_speech` is the decoder alone (``duplexcadence synth``).
+
+Threads: the engine thread (it owns every CUDA call). Torch is imported inside ``load`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.token2wav.config import CheckpointError, check_folder
+
+if TYPE_CHECKING:
+    from adapters.token2wav.presets import ModelPreset
+    from adapters.token2wav.prompt import VoicePrompt
+    from adapters.token2wav.speech import SpeechStream
+    from engine.contract import Declaration
+    from engine.replay import ReplayEngine
+    from engine.windows import TokenWindower
+
+__all__ = ["LYCHEEFD", "SYNTHETIC", "SpeechModel", "Token2WavFamily"]
+
+_VOICE_FILES = ("speech_tokenizer_v2_25hz.onnx", "campplus.onnx")
+
+
+@dataclass
+class SpeechModel:
+    """The Token2Wav decoder alone, loaded for a request: what ``synth`` streams tokens through."""
+
+    speech: SpeechStream  # tokens -> PCM under the arm
+    windower: TokenWindower  # the declaration's call pattern
+    engine: ReplayEngine
+    voice: VoicePrompt
+    declaration: Declaration
+    values: dict[str, int]  # the operating point at this voice's prompt length
+    output_rate: int
+    size: ModelPreset
+    n_steps: int
+
+    @property
+    def vocab(self) -> int:
+        return self.values["vocab"]
+
+
+@dataclass(frozen=True)
+class Token2WavFamily:
+    """A Token2Wav declaration with the synthetic backbone; an ``adapters.face.Family``."""
+
+    key: str
+    title: str
+    declaration: str
+    reads: frozenset[str] = frozenset(
+        {"device", "model_size", "checkpoint", "voice", "voice_frames", "arm", "audit", "seed"}
+    )
+
+    def check(self, request: ModelRequest) -> None:
+        """Folder and files only (torch-free)."""
+        if request.checkpoint is not None:
+            try:
+                check_folder(request.checkpoint)
+            except CheckpointError as error:
+                raise FamilyError(
+                    f"{error}: choose the token2wav folder "
+                    "(MiniCPM-o-4_5/assets/token2wav or Step-Audio-2-mini/token2wav)",
+                    "checkpoint",
+                ) from None
+            if request.model_size == "small":
+                raise FamilyError(
+                    f"checkpoint {request.checkpoint} holds full-size weights, but the model size "
+                    f"is small (auto picks small on {request.device}): set the model size to full",
+                    "model_size",
+                )
+        if request.voice is not None:
+            self._check_voice(request.voice, request.checkpoint)
+        if not request.envelope and not request.arm.state_rule:
+            raise FamilyError(
+                f"arm {request.arm} runs the stock path, which needs the cache envelope: "
+                "choose S, SR or SRc, or load the envelope",
+                "arm",
+            )
+
+    def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
+        from adapters.synthetic import SyntheticBackbone
+        from adapters.synthetic.vad import RATE
+        from engine.windowed import WindowedSynthesis
+
+        speech = self.load_speech(request, progress)
+        audit = self._audit(speech) if request.audit else None
+        progress("loading", 1.0)
+        warmup = self._warm_up(speech, request, progress, audit)
+        token_rate = speech.declaration.clock_rate("token", speech.values)
+        backbone = SyntheticBackbone(
+            period_s=speech.values["period_tokens"] / token_rate,
+            input_rate=RATE,
+            tokens_per_s=token_rate,
+            lookahead=speech.windower.lookahead,
+            vocab=speech.vocab,
+            device=request.device,
+            seed=request.seed,
+        )
+        model = WindowedSynthesis(backbone, speech.speech, speech.windower, speech.output_rate)
+        weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
+        return LoadedModel(
+            model=model,
+            engine=speech.engine,
+            title=f"{self.title} ({speech.size.name}, {weights})",
+            declaration=speech.declaration.name,
+            weights_synthetic=request.checkpoint is None,
+            stages=("backbone", "flow", "vocoder"),
+            warmup=warmup,
+            facts={
+                "model_size": speech.size.name,
+                "n_steps": speech.n_steps,
+                "voice_frames": speech.voice.frames,
+                **({"audit_scope": audit.header()} if audit is not None else {}),
+            },
+            audit=audit,
+        )
+
+    def load_speech(self, request: ModelRequest, progress: Progress) -> SpeechModel:
+        """The decoder under the request's arm: weights, voice, engine, catalog, streams.
+
+        The voice loads first, so a bad prompt fails in a second, not after the flow.
+        """
+        import torch
+
+        from adapters.token2wav.binding import call_classes
+        from adapters.token2wav.presets import preset
+        from adapters.token2wav.speech import SpeechStream
+        from adapters.token2wav.stream import FlowStream
+        from engine.contract import load_declaration
+        from engine.replay import ReplayEngine
+        from engine.windows import TokenWindower
+
+        self.check(request)
+        size = preset(request.model_size)
+        if request.device != "cpu" or size.name == "small":
+            # The CPU's tensors are small (the backbone, the VAD, the small model): more intra-op
+            # threads only add barrier waits. Measured on the H200 host (16 cores): the backbone
+            # took 50-60 ms p50 and up to 0.9 s with 16 threads, ~20 ms with one on a 2-core
+            # laptop-class CPU; real time also needs spare cores for the audio callbacks.
+            torch.set_num_threads(1)
+        torch.manual_seed(request.seed)
+        progress("loading", 0.0)
+        voice = _voice(request)
+        flow, hift = _load_models(request, size, progress)
+        progress("loading", 0.9)
+        declaration = load_declaration(self.declaration)
+        windower = TokenWindower.from_declaration(declaration)
+        engine = ReplayEngine(request.device)
+        classes = call_classes(
+            self.declaration, voice.frames, windower.max_call, windower.lookahead
+        )
+        n_steps = request.n_steps or size.n_steps
+        flow_stream = FlowStream(
+            flow, voice.tokens, voice.mel, voice.spk,
+            arm=request.arm, engine=engine, classes=classes,
+            n_steps=n_steps, max_call_tokens=windower.max_call,
+        )  # fmt: skip
+        values = declaration.values({"f_prompt": voice.frames})
+        return SpeechModel(
+            speech=SpeechStream(flow_stream, hift, engine),
+            windower=windower,
+            engine=engine,
+            voice=voice,
+            declaration=declaration,
+            values=values,
+            output_rate=round(declaration.clock_rate("sample", values)),
+            size=size,
+            n_steps=n_steps,
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_voice(self, voice: Path, checkpoint: Path | None) -> None:
+        if checkpoint is None:
+            raise FamilyError(
+                f"voice {voice} needs a checkpoint folder (its {' and '.join(_VOICE_FILES)}): "
+                "choose a checkpoint folder, or clear the voice",
+                "voice",
+            )
+        if not voice.exists():
+            raise FamilyError(f"voice {voice} does not exist: choose a voice recording", "voice")
+        if not voice.is_file() or voice.suffix.lower() != ".wav":
+            raise FamilyError(f"voice {voice} is not a .wav file: choose a recording", "voice")
+        missing = [name for name in _VOICE_FILES if not (checkpoint / name).is_file()]
+        if missing:
+            raise FamilyError(
+                f"checkpoint {checkpoint} lacks {', '.join(missing)}, which turn a recording "
+                "into a voice: choose the full token2wav folder, or clear the voice",
+                "checkpoint",
+            )
+
+    def _audit(self, speech: SpeechModel) -> Any:
+        from adapters.token2wav.audit_mode import carry_audit
+
+        audit = carry_audit(self.declaration, speech.speech.flow)
+        audit.attach()
+        return audit
+
+    def _warm_up(
+        self, speech: SpeechModel, request: ModelRequest, progress: Progress, audit: Any
+    ) -> dict[str, Any]:
+        import torch
+
+        from adapters.token2wav.warmup import warm_up
+
+        values = speech.values
+        warmup = warm_up(
+            speech.speech, speech.windower, speech.engine,
+            steady_to_bound=-(-values["f_retained"] // values["f_chunk"]) + 1,
+            vocab=speech.vocab, seed=request.seed, device=request.device, report=progress,
+        )  # fmt: skip
+        if audit is not None:
+            warmup["audit"] = audit.totals()
+        torch.manual_seed(request.seed)  # the conversation's draws do not depend on the warm-up
+        return warmup
+
+
+def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -> tuple[Any, Any]:
+    """(flow, hift) on the request's device; with the stock envelope every arm is switchable."""
+    from adapters.token2wav.checkpoint import build_flow, load_token2wav
+    from adapters.token2wav.hift import build_hift
+    from adapters.weights import randomize_
+
+    device, seed = request.device, request.seed
+    if size.name == "full" or request.checkpoint is not None:
+        try:
+            flow, hift = load_token2wav(
+                request.checkpoint, seed=seed, device=device, envelope=request.envelope
+            )
+        except CheckpointError as error:
+            raise FamilyError(str(error), "checkpoint") from None
+        progress("loading", 0.7)
+        return flow, hift
+    flow = build_flow(size.flow, seed=seed, envelope=request.envelope)
+    randomize_(flow, seed)
+    progress("loading", 0.5)
+    hift = build_hift(seed, size.hift)
+    progress("loading", 0.7)
+    return flow.to(device), hift.to(device)
+
+
+def _voice(request: ModelRequest) -> VoicePrompt:
+    """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
+    random voice of ``voice_frames`` prompt frames."""
+    from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
+
+    if request.voice is None:
+        return random_voice(request.voice_frames, request.seed, request.device)
+    assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
+    try:
+        return voice_from_wav(request.voice, request.checkpoint, request.device)
+    except PromptError as error:
+        raise FamilyError(str(error), "voice") from None
+
+
+SYNTHETIC = Token2WavFamily(
+    key="synthetic",
+    title="MiniCPM-o 4.5 Token2Wav, synthetic backbone",
+    declaration="minicpmo45_token2wav",
+)
+LYCHEEFD = Token2WavFamily(
+    key="lycheefd",
+    title="Lychee-FD Token2Wav, synthetic backbone",
+    declaration="lycheefd_token2wav",
+)
