@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.basic import BasicCascade, load_basic
 from bench.env_info import environment
-from engine.duplex import Phase
+from engine.duplex import PeriodStep, Phase
 from tests.speech import conversation
 
 QUESTIONS = (
@@ -53,38 +53,48 @@ LEAD_S = 1.0  # silence before each question
 
 
 class Stamps:
-    """Wall-clock stamps of the worker's model calls (wraps the cascade's recognizer and voice)."""
+    """Wall-clock and process CPU stamps of the worker's model calls (wraps the cascade's
+    recognizer and voice). The CPU seconds barely depend on how busy the machine is: while the
+    worker runs a job the engine thread costs ~0.1 ms per 32-ms window, so the process's CPU time
+    is the models' work."""
 
     def __init__(self, cascade: BasicCascade) -> None:
-        self.calls: list[tuple[str, float, float]] = []  # (what, began, ended)
-        self._hear, self._speak = cascade.recognizer.transcribe, cascade.voice.speak
-        cascade.recognizer.transcribe = self._timed("recognize", self._hear)  # type: ignore[method-assign]
-        cascade.voice.speak = self._timed("speak", self._speak)  # type: ignore[method-assign]
+        self.calls: list[tuple[str, float, float, float, float]] = []  # what, wall, cpu
+        hear, speak = cascade.recognizer.transcribe, cascade.voice.speak
+        cascade.recognizer.transcribe = self._timed("recognize", hear)  # type: ignore[method-assign]
+        cascade.voice.speak = self._timed("speak", speak)  # type: ignore[method-assign]
 
     def _timed(self, what: str, call: Any) -> Any:
         def timed(arg: Any) -> Any:
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.process_time()
             out = call(arg)
-            self.calls.append((what, began, time.monotonic()))
+            self.calls.append((what, began, time.monotonic(), cpu, time.process_time()))
             return out
 
         return timed
 
     def breakdown(self, eos: float, first: float | None) -> dict[str, float]:
-        """Seconds after the end of speech: the recognition and first clause behind the first
-        audio (the last recognition started before it, the first synthesis after that)."""
+        """Behind the first audio (the last recognition started before it, the first synthesis
+        after that): when each ran, in seconds after the end of speech, and its CPU seconds."""
         if first is None:
             return {}
         hears = [c for c in self.calls if c[0] == "recognize" and c[2] <= first]
         if not hears:
             return {}
-        _, began, heard = hears[-1]
+        _, began, heard, cpu_began, cpu_heard = hears[-1]
+        out = {
+            "recognition_began": began - eos,
+            "recognized": heard - eos,
+            "recognition_cpu": cpu_heard - cpu_began,
+        }
         speaks = [c for c in self.calls if c[0] == "speak" and c[1] >= heard]
-        out = {"recognition_began": began - eos, "recognized": heard - eos}
         if speaks:
+            _, ready, voiced, cpu_ready, cpu_voiced = speaks[0]
             out |= {
-                "first_clause_ready": speaks[0][1] - eos,
-                "first_clause_voiced": speaks[0][2] - eos,
+                "first_clause_ready": ready - eos,
+                "first_clause_voiced": voiced - eos,
+                "first_clause_cpu": cpu_ready - cpu_heard,  # the reply model, to its first clause
+                "first_synthesis_cpu": cpu_voiced - cpu_ready,
             }
         return {k: round(v, 3) for k, v in out.items()}
 
@@ -130,11 +140,12 @@ def ask(
         step = cascade.step(mic[k] if k < len(mic) else silence)
         done = time.monotonic()
         slowest = max(slowest, done - began)
-        heard.append(step.user_text)
-        said.append(step.assistant_text)
+        heard.append(str(step.facts.get("heard", "")))
+        said.append(step.text)
         if step.phase is Phase.SPEAK:
-            pcm.append(step.pcm)
-            loud = np.flatnonzero(np.abs(step.pcm) > 1e-4)
+            made = period_pcm(step)  # starts at the period's start
+            pcm.append(made)
+            loud = np.flatnonzero(np.abs(made) > 1e-4)
             if first is None and loud.size:
                 first = max(done, due) + loud[0] / cascade.output_rate
         k += 1
@@ -156,6 +167,13 @@ def ask(
         audio=audio,
     )
     return turn
+
+
+def period_pcm(step: PeriodStep) -> np.ndarray:
+    """The audio a step made, as one float32 array (empty when it made none)."""
+    if not step.audio:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate([part.reshape(-1).numpy() for part in step.audio])
 
 
 def transcribe_answer(cascade: BasicCascade, turn: Turn) -> str:
@@ -204,13 +222,7 @@ def main() -> None:
             key: round(
                 float(np.median([t.after_eos_s[key] for t in turns if key in t.after_eos_s])), 3
             )
-            for key in (
-                "recognition_began",
-                "recognized",
-                "first_clause_ready",
-                "first_clause_voiced",
-            )
-            if any(key in t.after_eos_s for t in turns)
+            for key in dict.fromkeys(k for t in turns for k in t.after_eos_s)
         },
         "turns": [t.facts() for t in turns],
     }

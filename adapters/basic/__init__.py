@@ -6,7 +6,7 @@ wheel. It is a cascade, not a full-duplex model. :func:`~adapters.basic.load.loa
 it; importing this package loads nothing heavy.
 """
 
-from adapters.basic.cascade import BasicCascade, CascadeStep
+from adapters.basic.cascade import BasicCascade
 from adapters.basic.load import load_basic
 
-__all__ = ["BasicCascade", "CascadeStep", "load_basic"]
+__all__ = ["BasicCascade", "load_basic"]

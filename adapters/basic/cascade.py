@@ -23,9 +23,19 @@ a new one over the whole utterance. Not at the first unvoiced window: the gaps b
 would start recognitions that cannot be interrupted and keep the worker from the real one.
 bench/basic_cpu.py measures end of speech to first reply audio, with a breakdown.
 
-Output: exactly one period of PCM at the voice's rate per step, silence where nothing is queued,
-so the caller's sink stays continuous. The phase is ``SPEAK`` from the take (the assistant holds
-the floor while it thinks) to the period that plays its last sample (``turn_end``).
+Clocks. On a real clock (``realtime=True``: a microphone, or a file paced like one) a step never
+waits: the answer plays when it is ready, as it would live. On a simulated clock (a file run as
+fast as it goes) the periods would outrun the worker and the answer would land after the input
+ended, so with ``realtime=False`` a speaking step waits for the worker until it has a period of
+audio or the answer is done: the output is then the same whatever the machine's speed.
+
+Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodModel``) whose audio
+is at most one period, the part of the answer this period plays: the loop's playout queue stays
+empty, so a barge-in silences the answer at once. The phase is ``SPEAK`` from the take (the
+assistant holds the floor while it thinks) to the period that plays its last sample
+(``turn_end``). ``text`` is the clauses whose audio was queued this period; ``facts["heard"]``
+what the recognizer heard, in the period it is first known. Nothing is replayed: the arm is
+kept for the loop and changes nothing.
 """
 
 from __future__ import annotations
@@ -34,16 +44,19 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from adapters.synthetic.turns import Floor, TurnEvent, TurnParams, TurnTaker
 from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
-from engine.duplex import Phase
+from engine.arms import Arm
+from engine.duplex import PeriodStep, Phase, SpanFactory
 
-__all__ = ["BasicCascade", "CascadeStep", "Hearing", "Replying", "Speaking"]
+__all__ = ["BasicCascade", "Hearing", "Replying", "Speaking"]
 
 
 class Hearing(Protocol):
@@ -70,19 +83,6 @@ class Speaking(Protocol):
     def speak(self, text: str) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
-class CascadeStep:
-    """One period's result."""
-
-    pcm: np.ndarray  # float32 mono at the voice's rate, exactly one period
-    phase: Phase  # SPEAK from the take to the turn's last period, else LISTEN
-    user_text: str  # what the recognizer heard, in the period it is first known ("" otherwise)
-    assistant_text: str  # the clauses whose audio was queued this period ("" when none)
-    turn_end: bool  # the assistant's turn ended this period (answer played out, or barge-in)
-    barge_in: bool  # the user interrupted the assistant (implies turn_end)
-    voice_prob: float  # the period's highest voice-activity probability, 0..1
-
-
 @dataclass
 class _Job:
     """One utterance's recognition and reply, run on the worker thread."""
@@ -95,7 +95,8 @@ class _Job:
 
 
 class BasicCascade:
-    """Silero-vad turn-taking → recognition → reply → voice, one period per :meth:`step`.
+    """Silero-vad turn-taking → recognition → reply → voice, one period per :meth:`step`; an
+    ``engine.duplex.PeriodModel`` (and ``StageTimed``: the step's VAD and turn-taking are ``vad``).
 
     Args:
         recognizer: speech recognition at 16 kHz (``adapters.basic.hearing.Recognizer``).
@@ -106,6 +107,9 @@ class BasicCascade:
         preroll_s: audio kept before the first voiced window, so a soft onset is not cut.
         speculate_s: silence after which the answer starts before the turn is taken.
         max_utterance_s: the longest utterance recognized (Whisper hears at most 30 s).
+        realtime: the clock is real (a step never waits); False: a speaking step waits for the
+            worker (a simulated clock; see the module docstring).
+        wait_s: the longest a step waits for the worker when ``realtime`` is False.
     """
 
     def __init__(
@@ -118,6 +122,8 @@ class BasicCascade:
         preroll_s: float = 0.3,
         speculate_s: float = 0.2,
         max_utterance_s: float = 30.0,
+        realtime: bool = True,
+        wait_s: float = 300.0,
     ) -> None:
         if recognizer.rate != RATE:
             raise ValueError(f"the recognizer hears {recognizer.rate} Hz; silero-vad needs {RATE}")
@@ -125,6 +131,9 @@ class BasicCascade:
         self.input_samples = _samples(period_s, self.input_rate)
         self.output_samples = _samples(period_s, self.output_rate)
         self.recognizer, self.replier, self.voice = recognizer, replier, voice
+        self.realtime, self.wait_s = realtime, wait_s
+        self._arm = Arm.EAGER
+        self._span: SpanFactory | None = None
         self.vad = VoiceActivity()
         self.taker = TurnTaker(turns)
         self._speculate = self.taker.params.windows(speculate_s)
@@ -137,9 +146,20 @@ class BasicCascade:
         self.reset()
 
     @property
-    def speaking(self) -> bool:
+    def in_turn(self) -> bool:
         """True while the assistant holds the turn (thinking or talking)."""
         return self.taker.speaking
+
+    @property
+    def arm(self) -> Arm:
+        """The loop's arm; the cascade replays nothing, so every arm computes the same."""
+        return self._arm
+
+    def set_arm(self, arm: Arm) -> None:
+        self._arm = Arm(arm)
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        self._span = span
 
     def reset(self) -> None:
         """A fresh conversation: the job cancelled, VAD and floor reset, playout emptied."""
@@ -161,7 +181,7 @@ class BasicCascade:
         self._jobs.put(None)
         self._worker.join(timeout=30)
 
-    def step(self, mic: np.ndarray) -> CascadeStep:
+    def step(self, mic: np.ndarray) -> PeriodStep:
         """Hear one period of ``mic`` (float32 mono, ``period_s · 16000`` samples) and answer."""
         audio = np.asarray(mic, dtype=np.float32)
         if audio.shape != (self.input_samples,):
@@ -169,26 +189,33 @@ class BasicCascade:
                 f"mic has shape {audio.shape}; pass one period of mono audio: "
                 f"({self.input_samples},) float32 samples at {self.input_rate} Hz"
             )
-        self._remember(audio)
-        probs = self.vad.push(audio)
+        with self._span("vad") if self._span is not None else nullcontext():
+            self._remember(audio)
+            probs = self.vad.push(audio)
+            was_speaking = self.taker.speaking
+            event = TurnEvent.NONE
+            for prob in probs.tolist():
+                happened = self._window(prob, hold=event is not TurnEvent.NONE)
+                event = happened if happened is not TurnEvent.NONE else event
         voice = float(probs.max()) if probs.size else 0.0
-        was_speaking = self.taker.speaking
-        event = TurnEvent.NONE
-        for prob in probs.tolist():
-            happened = self._window(prob, hold=event is not TurnEvent.NONE)
-            event = happened if happened is not TurnEvent.NONE else event
-        silence = np.zeros(self.output_samples, dtype=np.float32)
         if was_speaking and event is TurnEvent.BARGE_IN:
-            return CascadeStep(silence, Phase.LISTEN, "", "", True, True, voice)
+            return PeriodStep(Phase.LISTEN, (), voice, turn_end=True, barge_in=True)
         if not self.taker.speaking:
-            return CascadeStep(silence, Phase.LISTEN, "", "", False, False, voice)
+            return PeriodStep(Phase.LISTEN, (), voice)
         heard, said = self._drain()
         pcm = self._play()
         ended = self._done and not self._playout
         if ended:
             self.taker.finish()
             self._job = None
-        return CascadeStep(pcm, Phase.SPEAK, heard, said, ended, False, voice)
+        return PeriodStep(
+            Phase.SPEAK,
+            (torch.from_numpy(pcm),) if pcm.size else (),
+            voice,
+            turn_end=ended,
+            text=said,
+            facts={"heard": heard} if heard else {},
+        )
 
     # -- the engine thread's side -----------------------------------------------------------
 
@@ -243,14 +270,26 @@ class BasicCascade:
             self._heard_start = keep
 
     def _drain(self) -> tuple[str, str]:
-        """Take what the current job has posted: (heard text, clauses queued for playback)."""
+        """Take what the current job has posted: (heard text, clauses queued for playback).
+
+        With ``realtime`` False, wait for more until a period of audio is queued or it is done.
+        """
         heard, said = [], []
         job = self._job
         while job is not None and not self._done:
+            short = sum(pcm.size for pcm in self._playout) < self.output_samples
             try:
-                kind, text, pcm = job.events.get_nowait()
+                if self.realtime or not short:
+                    kind, text, pcm = job.events.get_nowait()
+                else:
+                    kind, text, pcm = job.events.get(timeout=self.wait_s)
             except queue.Empty:
-                break
+                if self.realtime or not short:
+                    break
+                raise RuntimeError(
+                    f"the basic voice's answer stalled for {self.wait_s:.0f} s: the machine is "
+                    "too busy, or a model hangs"
+                ) from None
             if kind == "heard":
                 heard.append(text)
             elif kind == "say" and pcm is not None:
@@ -263,19 +302,19 @@ class BasicCascade:
         return " ".join(heard), " ".join(said)
 
     def _play(self) -> np.ndarray:
-        """Exactly one period from the playout queue, silence where it runs short."""
-        out = np.zeros(self.output_samples, dtype=np.float32)
+        """Up to one period from the playout queue (the loop pads a short one with silence)."""
+        parts: list[np.ndarray] = []
         filled = 0
         while filled < self.output_samples and self._playout:
             head = self._playout[0]
             n = min(head.size, self.output_samples - filled)
-            out[filled : filled + n] = head[:n]
+            parts.append(head[:n])
             filled += n
             if n == head.size:
                 self._playout.popleft()
             else:
                 self._playout[0] = head[n:]
-        return out
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
     # -- the worker thread ------------------------------------------------------------------
 

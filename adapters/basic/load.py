@@ -25,11 +25,13 @@ def load_basic(
     progress: Progress | None = None,
     threads: int | None = None,
     torch_threads: int = 1,
+    realtime: bool = True,
 ) -> BasicCascade:
     """The cascade with Whisper tiny.en, SmolLM2-135M-Instruct and Piper's joe voice.
 
     ``progress(stage, fraction)`` hears ``("loading", 0..1)``. ``threads``: CTranslate2's CPU
     threads for recognition (default: the cores, at most 4); the voice uses onnxruntime's pool.
+    ``realtime``: see :class:`BasicCascade` (False: a simulated clock, steps wait for answers).
     ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
     here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
     machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
@@ -55,4 +57,4 @@ def load_basic(
     voice.speak("Hello.")
     replier.warm_up()
     report("loading", 1.0)
-    return BasicCascade(recognizer, replier, voice, period_s=period_s)
+    return BasicCascade(recognizer, replier, voice, period_s=period_s, realtime=realtime)
