@@ -16,6 +16,7 @@ __all__ = ["DEFAULT_FAMILY", "family", "family_keys"]
 _FAMILIES = {  # key -> "module:attribute" of its face
     "synthetic": "adapters.token2wav.family:SYNTHETIC",
     "lycheefd": "adapters.token2wav.family:LYCHEEFD",
+    "basic": "adapters.basic.family:BASIC",
 }
 DEFAULT_FAMILY = "synthetic"
 

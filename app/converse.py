@@ -4,7 +4,7 @@ The same :class:`~app.session.Session` the desktop app drives, fed from a WAV (o
 device) one native period at a time, its output written to a WAV (or played on the output
 device). With files the clock is simulated (periods run back to back) unless ``--realtime``
 paces the input to the wall clock; devices are real time by nature. After a file ends the loop
-keeps listening to silence until the assistant's turn is over (at most ``DRAIN_PERIODS``), so an
+keeps listening to silence until the assistant's turn is over (at most ``DRAIN_S``), so an
 answer to the last words is not cut; ``--seconds N`` runs exactly N periods instead.
 
 Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with ``.jsonl``),
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from app.session import Session  # imports torch: only where a session is built
 
 __all__ = [
-    "DRAIN_PERIODS",
+    "DRAIN_S",
     "ConverseError",
     "ConverseRequest",
     "check_request",
@@ -49,7 +49,7 @@ __all__ = [
     "summarize",
 ]
 
-DRAIN_PERIODS = 15  # at most this many silent periods after the input ends, to finish an answer
+DRAIN_S = 15.0  # at most this many seconds of silence after the input ends, to finish an answer
 
 
 class ConverseError(ValueError):
@@ -114,7 +114,11 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
         logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
     session = build_session(
-        req.settings, trace=req.jsonl, progress=_load_progress(req.progress), n_steps=req.n_steps
+        req.settings,
+        trace=req.jsonl,
+        progress=_load_progress(req.progress),
+        n_steps=req.n_steps,
+        realtime=req.input is None or req.realtime,  # devices and paced files keep a clock
     )
     settle_heap()  # the main thread owns collection here: weights, graphs, warm-up, then freeze
     outcomes: list[PeriodOutcome] = []
@@ -172,7 +176,7 @@ def _run(
 
 
 def _answer_pending(session: Session, outcomes: list[PeriodOutcome], drained: int) -> bool:
-    if drained >= DRAIN_PERIODS or not outcomes:
+    if drained * session.period_s >= DRAIN_S or not outcomes:
         return False
     return bool(outcomes[-1].phase is Phase.SPEAK or session.in_turn)
 
@@ -266,6 +270,7 @@ def summarize(outcomes: list[PeriodOutcome]) -> dict[str, Any]:
         "p95_ms": round(_quantile(times, 0.95), 2),
         "max_ms": round(times[-1], 2) if times else 0.0,
         "arms": sorted({o.record.arm for o in outcomes}),
+        **({"said": said} if (said := " ".join(o.text for o in outcomes if o.text)) else {}),
     }
 
 

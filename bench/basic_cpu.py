@@ -32,7 +32,8 @@ import soxr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.basic import BasicCascade, load_basic
+from adapters.basic.cascade import BasicCascade
+from adapters.basic.load import load_basic
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
 from tests.speech import conversation

@@ -7,13 +7,21 @@ through the same recognizer, and only words a correct answer cannot avoid are as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import soundfile as sf
+import soxr
 
-from adapters.basic import BasicCascade, load_basic
+from adapters.basic.cascade import BasicCascade
+from adapters.basic.load import load_basic
 from adapters.basic.shipped import check_installed
+from app.converse import ConverseRequest, converse
+from app.settings import Settings
 from bench.basic_cpu import ask, transcribe_answer
+from tests.speech import conversation
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +51,24 @@ def test_the_next_question_is_answered_too(cascade: BasicCascade) -> None:
     assert "spider" in turn.heard.lower(), turn.heard
     assert turn.said and turn.answer_s > 0.5
     assert "spider" in transcribe_answer(cascade, turn).lower() or "legs" in turn.said.lower()
+
+
+def test_converse_headless_answers_a_spoken_question(cascade: BasicCascade, tmp_path: Path) -> None:
+    """The app's loop on files (a simulated clock: the cascade waits for its answers)."""
+    question = conversation([0.5, "What is the capital of France?", 1.0]).write(tmp_path / "q.wav")
+    summary = converse(
+        ConverseRequest(
+            settings=Settings(family="basic", device="cpu"),
+            input=question,
+            output=tmp_path / "a.wav",
+            trace=tmp_path / "t.json",
+            progress=False,
+        )
+    )
+    assert "paris" in summary["said"].lower(), summary
+    answer, rate = sf.read(tmp_path / "a.wav", dtype="float32")
+    heard = cascade.recognizer.transcribe(soxr.resample(answer, rate, 16000))
+    assert "paris" in heard.lower(), heard
+    records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    heard_facts = " ".join(r["loop"].get("heard", "") for r in records if "loop" in r)
+    assert "capital" in heard_facts.lower() and "france" in heard_facts.lower()

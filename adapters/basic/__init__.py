@@ -2,11 +2,7 @@
 
 silero-vad turn-taking (the synthetic family's) → Whisper tiny.en (faster-whisper) → a reply
 from SmolLM2-135M-Instruct (transformers) → Piper's CC0 ``joe`` voice, every weight from a PyPI
-wheel. It is a cascade, not a full-duplex model. :func:`~adapters.basic.load.load_basic` builds
-it; importing this package loads nothing heavy.
+wheel. It is a cascade, not a full-duplex model. The face is ``adapters.basic.family.BASIC``;
+``adapters.basic.load.load_basic`` builds the cascade. Importing this package imports nothing
+(the settings dialog checks families without torch).
 """
-
-from adapters.basic.cascade import BasicCascade
-from adapters.basic.load import load_basic
-
-__all__ = ["BasicCascade", "load_basic"]
