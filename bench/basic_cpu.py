@@ -33,6 +33,7 @@ import soxr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.basic.cascade import BasicCascade
+from adapters.basic.family import PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
@@ -188,7 +189,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the result JSON")
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="how many to ask")
-    parser.add_argument("--period", type=float, default=0.5, help="period in seconds")
+    parser.add_argument(
+        "--period", type=float, default=PERIOD_S, help=f"period in seconds (the family's: {PERIOD_S})"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     began = time.monotonic()

@@ -16,6 +16,7 @@ import soundfile as sf
 import soxr
 
 from adapters.basic.cascade import BasicCascade
+from adapters.basic.family import PERIOD_S
 from adapters.basic.load import load_basic
 from adapters.basic.shipped import check_installed
 from app.converse import ConverseRequest, converse
@@ -32,7 +33,7 @@ def cascade() -> Iterator[BasicCascade]:
         check_installed()
     except RuntimeError as exc:
         pytest.skip(str(exc))
-    built = load_basic(period_s=0.5)
+    built = load_basic(period_s=PERIOD_S)  # the family's
     yield built
     built.close()
 

