@@ -190,7 +190,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="the result JSON")
     parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="how many to ask")
     parser.add_argument(
-        "--period", type=float, default=PERIOD_S, help=f"period in seconds (the family's: {PERIOD_S})"
+        "--period", type=float, default=PERIOD_S, help=f"seconds (the family uses {PERIOD_S})"
     )
     args = parser.parse_args()
     load_before = os.getloadavg()
