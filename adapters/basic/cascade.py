@@ -9,11 +9,11 @@ Threads. :meth:`BasicCascade.step` and :meth:`BasicCascade.reset` run on the eng
 never wait on a model: each costs the VAD's ~0.1 ms per 32-ms window and some copying. One
 worker thread (started at construction, a daemon, ended by :meth:`BasicCascade.close`) runs the
 slow part of each user turn, a *job*: recognition (~0.4 CPU-s), then the reply, whose clauses
-are voiced as they complete (~0.5 CPU-s to the first clause, ~0.15 CPU-s to voice it). A job posts what it
-has (``heard``, then each ``say`` with its audio, then ``done``) to its own queue; ``step``
-drains the current job's queue without blocking and plays silence until audio is there. Jobs are
-cancelled through an ``Event`` the worker checks after every token and before every clause; a
-cancelled job's queue is dropped with it, so nothing stale is ever played.
+are voiced as they complete (~0.5 CPU-s to the first clause, ~0.15 CPU-s to voice it). A job
+posts what it has (``heard``, then each ``say`` with its audio, then ``done``) to its own queue;
+``step`` drains the current job's queue without blocking and plays silence until audio is
+there. Jobs are cancelled through an ``Event`` the worker checks after every token and before
+every clause; a cancelled job's queue is dropped with it, so nothing stale is ever played.
 
 Speculation. A job starts once the user's voice has stopped for ``speculate_s`` (0.2 s), not when
 the turn-taker hands over the turn (``pause_s`` = 0.6 s): by the take, recognition is done and
