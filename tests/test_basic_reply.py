@@ -41,3 +41,11 @@ def test_a_short_first_sentence_is_said_as_it_ends():
 
 def test_markup_is_not_spoken_and_the_tail_is_said_at_the_end():
     assert clauses(["**Hello** there"]) == ["Hello there"]
+
+
+def test_a_title_does_not_end_a_sentence():
+    assert clauses(["I'm Dr. Elena, ", "a helper. ", "Hi. ", "Bye."]) == [
+        "I'm Dr. Elena,",
+        "a helper.",
+        "Hi.",
+    ]

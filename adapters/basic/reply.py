@@ -39,8 +39,9 @@ from adapters.basic.shipped import shipped_file
 __all__ = ["Replier"]
 
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s|\n")
-_CLAUSE_END = re.compile(r"[,;:.!?]+[\"')\]]*\s|\n")
+_TITLES = "".join(rf"(?<!\b{t})" for t in ("Dr", "Mr", "Ms", "St", "Mrs", "Prof"))  # "Dr. Smith"
+_SENTENCE_END = re.compile(rf"{_TITLES}[.!?]+[\"')\]]*\s|\n")
+_CLAUSE_END = re.compile(rf"{_TITLES}[,;:.!?]+[\"')\]]*\s|\n")
 _UNSPOKEN = re.compile(r"[*#_`~<>|\[\]{}]")  # markdown and markup: nothing to say aloud
 
 
