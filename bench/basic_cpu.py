@@ -124,7 +124,10 @@ class Turn:
 def ask(
     cascade: BasicCascade, question: str, stamps: Stamps | None = None, timeout_s: float = 60.0
 ) -> Turn:
-    """Speak ``question`` to ``cascade`` in real time and stream until its turn ends."""
+    """Speak ``question`` to a fresh conversation of ``cascade`` in real time, until its turn
+    ends. Fresh: the VAD's state would otherwise carry the silence after the last answer, whose
+    length depends on the wall clock, and move where the utterance is cut."""
+    cascade.reset()
     talk = conversation([LEAD_S, question])
     eos = talk.speech[-1][1]
     period = cascade.period_s

@@ -5,8 +5,10 @@ for the ``converse`` run. The questions are espeak-ng speech, heard in real time
 (``bench/basic_cpu.py``'s ``ask``) or from a file on a simulated clock (``converse --headless``);
 each answer's audio goes through the same recognizer, and only words a correct answer cannot
 avoid are asserted. Every model decodes greedily, so a run is reproducible; but the 135M reply
-model is fragile to phrasing (Whisper hearing "capital on France" gets French back), so these
-are questions it answers well.
+model is fragile to phrasing (Whisper hearing "capital on France" gets French back) and Whisper
+tiny to where an utterance is cut ("moon" heard as "mood" 0.1 s of lead away), so these are
+questions both get right from the cut the cascade makes (``ask`` starts a fresh conversation,
+so that cut depends on the audio alone).
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ def test_a_spoken_question_gets_a_spoken_relevant_answer(cascade: BasicCascade) 
 
 
 def test_the_next_question_is_answered_too(cascade: BasicCascade) -> None:
-    turn = ask(cascade, "How many legs does a spider have?")
-    assert "spider" in turn.heard.lower(), turn.heard
-    assert turn.said and turn.answer_s > 0.5
-    assert "spider" in transcribe_answer(cascade, turn).lower() or "legs" in turn.said.lower()
+    turn = ask(cascade, "Why is the sky blue?")
+    assert "sky" in turn.heard.lower(), turn.heard
+    assert "blue" in turn.said.lower() and turn.answer_s > 0.5, turn.said
+    assert "blue" in transcribe_answer(cascade, turn).lower()
 
 
 def test_converse_headless_answers_a_spoken_question(cascade: BasicCascade, tmp_path: Path) -> None:
