@@ -18,7 +18,9 @@ import soundfile
 from app.audio import AudioError, DeviceSink, DeviceSource, echo_available, find_device
 from tests.audio_env import AudioEnv, play_to_mic, virtual_audio  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.audio
+# pytest-timeout as the last line only (every wait here is bounded); the thread method, as a
+# PortAudio call blocked in C never sees the signal method's exception.
+pytestmark = [pytest.mark.audio, pytest.mark.timeout(120, method="thread")]
 
 IN_RATE, OUT_RATE, TONE_HZ = 16000, 24000, 1000.0
 

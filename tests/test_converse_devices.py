@@ -24,7 +24,13 @@ from engine.trace import read_trace
 from tests.audio_env import AudioEnv, virtual_audio  # noqa: F401  (the fixture)
 from tests.speech import conversation
 
-pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("one_thread")]
+# pytest-timeout as the last line only (every wait here is bounded); the thread method, as a
+# PortAudio call blocked in C never sees the signal method's exception.
+pytestmark = [
+    pytest.mark.audio,
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.timeout(300, method="thread"),
+]
 
 
 def speak_until(stop: threading.Event, device: str) -> None:

@@ -7,12 +7,20 @@ substring ("ALSA", "JACK", "WASAPI"...); no name means the system default. PortA
 enumerates devices once, when it starts: :func:`refresh_devices` restarts it to see devices
 that appeared since (a virtual device started later, a headset plugged in), but only while
 none of our streams is open, since restarting PortAudio would pull them from under us.
+
+PortAudio calls that wait for a device's thread are never waited on without a bound: streams
+close through :func:`close_stream` (a watchdog abandons a close that does not return) and
+PortAudio is terminated at exit by :func:`_exit_portaudio`, not by sounddevice's own handler.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import logging
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
@@ -20,6 +28,9 @@ from typing import Any, Literal
 Kind = Literal["input", "output"]
 
 VIRTUAL_HINT = 'or start the virtual device: eval "$(scripts/virtual_audio.sh)"'
+CLOSE_WAIT_S = 2.0  # longest anyone waits for PortAudio to close a stream, or to terminate
+
+log = logging.getLogger("duplexcadence.audio")
 
 
 class AudioError(RuntimeError):
@@ -53,7 +64,8 @@ class AudioStats:
     underflows: PortAudio's underflow flag (the device starved before our callback ran);
     dry_events: times the playback jitter buffer ran dry mid-playback (faded out, no click);
     lost: the device vanished mid-session (reads give silence, writes are dropped; reopen());
-    blocks: callbacks run; stalls: reads that timed out short; latency_s: PortAudio's estimate.
+    blocks: callbacks run; stalls: reads that timed out short; latency_s: PortAudio's estimate;
+    abandoned: closes that did not return within ``CLOSE_WAIT_S`` (see :func:`close_stream`).
     """
 
     overflows: int = 0
@@ -66,10 +78,12 @@ class AudioStats:
     blocks: int = 0
     stalls: int = 0
     latency_s: float = 0.0
+    abandoned: int = 0
 
 
 _sd_module: ModuleType | None = None
-_open_streams: set[int] = set()  # id() of our open streams: refresh_devices must not kill them
+_open_streams: dict[int, Any] = {}  # our open streams by id(): refresh_devices must not kill them
+_closing: set[int] = set()  # id() of those whose close has not returned (yet, or ever)
 _lock = threading.Lock()
 
 
@@ -88,6 +102,13 @@ def portaudio() -> ModuleType:
             raise AudioError(
                 f"sounddevice is not importable ({exc}): pip install sounddevice"
             ) from exc
+        # Ours instead: sounddevice's handler calls Pa_Terminate with no bound (see close_stream).
+        atexit.unregister(sounddevice._exit_handler)
+        atexit.register(_exit_portaudio)
+        if hasattr(os, "RTLD_NODELETE"):
+            # Never unmapped: cffi unloads the library as Python finalizes, and a PortAudio
+            # thread that would not stop (see close_stream) then runs into freed code.
+            ctypes.CDLL(sounddevice._libname, mode=os.RTLD_NOLOAD | os.RTLD_NODELETE)
         _sd_module = sounddevice
     return _sd_module
 
@@ -111,7 +132,12 @@ def _info(dev: dict[str, Any], apis: Sequence[str]) -> DeviceInfo:
 
 
 def refresh_devices() -> bool:
-    """Re-enumerate devices (restart PortAudio); False, doing nothing, while a stream is open."""
+    """Re-enumerate devices (restart PortAudio); False, doing nothing, while a stream is open.
+
+    A stream whose close was abandoned (:func:`close_stream`) stays open for the life of the
+    process, so devices plugged in after such a loss show only once the app restarts; the
+    ``pipewire`` and ``default`` devices, which follow the sound server, need no re-scan.
+    """
     sd = portaudio()
     with _lock:
         if _open_streams:
@@ -122,14 +148,81 @@ def refresh_devices() -> bool:
     return True
 
 
-def register_stream(stream: object) -> None:
+def register_stream(stream: Any) -> None:
     with _lock:
-        _open_streams.add(id(stream))
+        _open_streams[id(stream)] = stream
 
 
-def unregister_stream(stream: object) -> None:
+def close_stream(stream: Any, what: str, on_abandoned: Callable[[], None]) -> threading.Thread:
+    """Abort and close ``stream`` on a daemon thread under a watchdog; returns the watchdog.
+
+    Why: once a stream's sound server is gone (a USB headset pulled, PipeWire killed), PortAudio
+    19.6's ALSA callback thread can spin forever with cancellation disabled, and
+    Pa_AbortStream, Pa_CloseStream and Pa_Terminate all join that thread without a timeout:
+    they never return. So nobody waits on the close itself: the watchdog waits
+    ``CLOSE_WAIT_S``, then abandons it, logs one line naming ``what`` and calls
+    ``on_abandoned`` (a counter). An abandoned stream stays registered, so neither
+    :func:`refresh_devices` nor the exit handler terminates PortAudio under it. Joining the
+    watchdog waits at most ``CLOSE_WAIT_S``; the engine thread does not join it at all.
+    """
     with _lock:
-        _open_streams.discard(id(stream))
+        _closing.add(id(stream))
+    closer = threading.Thread(target=_close_quietly, args=(stream,), daemon=True)
+
+    def watch() -> None:
+        closer.join(CLOSE_WAIT_S)
+        if closer.is_alive():
+            log.warning(
+                "audio: the %s did not close within %g s (its sound server is gone); it is "
+                "left to the operating system",
+                what,
+                CLOSE_WAIT_S,
+            )
+            on_abandoned()
+
+    watchdog = threading.Thread(target=watch, daemon=True)
+    closer.start()
+    watchdog.start()
+    return watchdog
+
+
+def _close_quietly(stream: Any) -> None:
+    """Abort and close a stream, whatever state its device is in; unregister it once closed."""
+    try:
+        stream.abort()
+        stream.close()
+    except Exception:  # a vanished device can fail to close; it is gone either way
+        pass
+    with _lock:
+        _open_streams.pop(id(stream), None)
+        _closing.discard(id(stream))
+
+
+def _exit_portaudio() -> None:
+    """At interpreter exit, in place of sounddevice's handler: close the streams still open
+    (each through :func:`close_stream`, together within ``CLOSE_WAIT_S``: a running callback
+    would call into a finalized interpreter), then terminate PortAudio within the same bound,
+    and not at all while a close is in flight or abandoned (Pa_Terminate would join the
+    spinning thread). What is left, the operating system releases as the process ends."""
+    sd = _sd_module
+    if sd is None:
+        return
+    with _lock:
+        still_open = [s for key, s in _open_streams.items() if key not in _closing]
+    for watchdog in [close_stream(s, "stream still open at exit", _ignore) for s in still_open]:
+        watchdog.join()
+    with _lock:
+        if _closing:
+            return
+    ender = threading.Thread(target=sd._exit_handler, daemon=True)
+    ender.start()
+    ender.join(CLOSE_WAIT_S)
+    if ender.is_alive():
+        log.warning("audio: PortAudio did not end within %g s; exiting without it", CLOSE_WAIT_S)
+
+
+def _ignore() -> None:
+    """An abandoned close at exit: nothing is left to count it."""
 
 
 def default_index(kind: Kind, host_api: str | None = None) -> int:

@@ -5,9 +5,11 @@ that refuses mono gets its channel count and the callback mixes down. The PortAu
 is the subclass's ``_callback``: it only copies between the device and preallocated rings and
 counts. The engine side calls :meth:`DeviceStream._check_alive` before every read or write: a
 stream that PortAudio finished on its own, or whose callbacks stopped for ``lost_after_s``,
-is marked ``stats.lost`` and closed on a helper thread (PortAudio 19.6 can hang closing a
-stream whose sound server died, so the engine thread never waits on it); reads then give
-silence and writes are dropped, never an exception, until :meth:`reopen`.
+is marked ``stats.lost`` and closed through :func:`~app.audio.devices.close_stream` (PortAudio
+19.6 never returns from closing a stream whose sound server died, so the engine thread does
+not wait on it, close() waits at most ``CLOSE_WAIT_S`` and a close that does not return is
+abandoned and counted in ``stats.abandoned``); reads then give silence and writes are dropped,
+never an exception, until :meth:`reopen`.
 """
 
 from __future__ import annotations
@@ -23,17 +25,15 @@ from app.audio.devices import (
     AudioStats,
     DeviceInfo,
     Kind,
+    close_stream,
     find_device,
     list_devices,
     portaudio,
     refresh_devices,
     register_stream,
-    unregister_stream,
 )
 from app.audio.rings import SILENCE_DBFS, peak_dbfs
 from app.heap import freeze_heap
-
-CLOSE_WAIT_S = 2.0  # longest close() waits for PortAudio before leaving the stream behind
 
 
 class DeviceStream:
@@ -131,6 +131,7 @@ class DeviceStream:
             if generation == self._generation:
                 self._finished = True
 
+        stream = None
         try:
             stream = cls(
                 device=info.index,
@@ -142,15 +143,17 @@ class DeviceStream:
                 callback=callback,
                 finished_callback=finished,
             )
+            register_stream(stream)
             stream.start()
         except sd.PortAudioError as exc:
+            if stream is not None:  # opened but not started: PortAudio would keep it open
+                close_stream(stream, self._what(info), self._abandoned).join()
             others = ", ".join(d.describe() for d in list_devices() if d.channels(self.kind) > 0)
             raise AudioError(
                 f"cannot open the {self.kind} device {info.describe()}: {exc}. Close the program "
                 f"holding it, or choose another with --{self.kind}-device NAME "
                 f"(available: {others})"
             ) from exc
-        register_stream(stream)
         self._stream, self.info = stream, info
         self.stats.device, self.stats.host_api, self.stats.rate = info.name, info.host_api, rate
         self.stats.latency_s = float(stream.latency)
@@ -162,11 +165,8 @@ class DeviceStream:
         with self._lock:
             self._closed = True
             stream = self._leave_stream()
-            if stream is not None:
-                # On a helper thread with a bounded wait: closing hangs when the server died.
-                closer = threading.Thread(target=_close_quietly, args=(stream,), daemon=True)
-                closer.start()
-                closer.join(CLOSE_WAIT_S)
+            if stream is not None:  # waits at most CLOSE_WAIT_S: closing hangs when the server died
+                close_stream(stream, self._what(self.info), self._abandoned).join()
 
     def __enter__(self) -> Self:
         self.start()
@@ -201,8 +201,13 @@ class DeviceStream:
 
     def _mark_lost(self) -> None:
         self.stats.lost = True
-        stream = self._leave_stream()
-        threading.Thread(target=_close_quietly, args=(stream,), daemon=True).start()
+        close_stream(self._leave_stream(), self._what(self.info), self._abandoned)  # no wait
+
+    def _what(self, info: DeviceInfo | None) -> str:
+        return f"{self.kind} device {info.describe() if info else self.device}"
+
+    def _abandoned(self) -> None:  # the close watchdog's thread: only count
+        self.stats.abandoned += 1
 
     # -- levels ---------------------------------------------------------------------------
     @property
@@ -217,13 +222,3 @@ class DeviceStream:
         n = min(len(block), len(self._last))
         self._last[:n] = block[:n]
         self._last_n = n
-
-
-def _close_quietly(stream: Any) -> None:
-    """Abort and close a stream, whatever state its device is in; unregister it once closed."""
-    try:
-        stream.abort()
-        stream.close()
-    except Exception:  # a vanished device can fail to close; it is gone either way
-        pass
-    unregister_stream(stream)
