@@ -71,6 +71,10 @@ class ModelRequest:
     trust_checkpoint_code: bool = False  # the user agreed to run code from the checkpoint folder
     n_steps: int | None = None  # solver steps per call instead of the model size's (tests)
     envelope: bool = True  # load the stock state envelope, so every arm can be switched to
+    # The periods come at a clock's pace (a device, a paced file); False: as fast as they are
+    # stepped (a file on a simulated clock), so a model whose work runs off the engine thread
+    # (the basic cascade) waits for it instead of answering after the input has ended.
+    realtime: bool = True
 
 
 class FamilyAudit(Protocol):

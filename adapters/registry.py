@@ -18,6 +18,7 @@ _FAMILIES = {  # key -> "module:attribute" of its face
     "lycheefd": "adapters.token2wav.family:LYCHEEFD",
     "moshi": "adapters.moshi.family:MOSHI",
     "minicpmo45": "adapters.minicpmo45.family:MINICPMO45",
+    "basic": "adapters.basic.family:BASIC",
 }
 DEFAULT_FAMILY = "synthetic"
 

@@ -4,7 +4,7 @@ The same :class:`~app.session.Session` the desktop app drives, fed from a WAV (o
 device) one native period at a time, its output written to a WAV (or played on the output
 device). With files the clock is simulated (periods run back to back) unless ``--realtime``
 paces the input to the wall clock; devices are real time by nature. After a file ends the loop
-keeps listening to silence until the assistant's turn is over (at most ``DRAIN_PERIODS``), so an
+keeps listening to silence until the assistant's turn is over (at most ``DRAIN_S``), so an
 answer to the last words is not cut; ``--seconds N`` runs exactly N periods instead.
 
 Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with ``.jsonl``),
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # both import torch: only once the request passed its checks
     from engine.duplex import PeriodOutcome
 
 __all__ = [
-    "DRAIN_PERIODS",
+    "DRAIN_S",
     "ConverseError",
     "ConverseRequest",
     "Tally",
@@ -61,7 +61,7 @@ __all__ = [
     "summarize",
 ]
 
-DRAIN_PERIODS = 15  # at most this many silent periods after the input ends, to finish an answer
+DRAIN_S = 15.0  # at most this many seconds of silence after the input ends, to finish an answer
 
 
 class ConverseError(ValueError):
@@ -125,7 +125,7 @@ def check_request(req: ConverseRequest) -> None:
             duration = check_input(req.input)
         except (ValueError, OSError) as error:
             raise ConverseError(str(error)) from None
-        seconds = seconds if seconds is not None else duration + DRAIN_PERIODS
+        seconds = seconds if seconds is not None else duration + DRAIN_S
     outputs = _outputs(req)
     wavs = sum(path.suffix == ".wav" for _, path in outputs)
     try:
@@ -157,7 +157,11 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
         logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
     session = build_session(
-        req.settings, trace=req.jsonl, progress=_load_progress(req.progress), n_steps=req.n_steps
+        req.settings,
+        trace=req.jsonl,
+        progress=_load_progress(req.progress),
+        n_steps=req.n_steps,
+        realtime=req.input is None or req.realtime,  # devices and paced files keep a clock
     )
     settle_heap()  # the main thread owns collection here: weights, graphs, warm-up, then freeze
     tally = Tally()
@@ -218,10 +222,10 @@ class Tally:
         self.calls = self.over_budget = 0
         self.times_ms: list[float] = []  # one float per period: 58 KB for two hours
         self.arms: set[str] = set()
+        self.said: list[str] = []  # what the assistant said, period by period (text families)
         self.last: PeriodOutcome | None = None
 
     def add(self, outcome: PeriodOutcome) -> None:
-
         record = outcome.record
         self.periods += 1
         self.speaking += outcome.phase is Phase.SPEAK
@@ -231,6 +235,8 @@ class Tally:
         self.over_budget += bool(record.over_budget)
         self.times_ms.append(record.processing_s * 1e3)
         self.arms.add(record.arm)
+        if outcome.text:
+            self.said.append(outcome.text)
         self.last = outcome
 
 
@@ -265,8 +271,7 @@ def _run(
 
 
 def _answer_pending(session: Session, tally: Tally, drained: int) -> bool:
-
-    if drained >= DRAIN_PERIODS or tally.last is None:
+    if drained * session.period_s >= DRAIN_S or tally.last is None:
         return False
     return bool(tally.last.phase is Phase.SPEAK or session.in_turn)
 
@@ -360,6 +365,7 @@ def summarize(tally: Tally) -> dict[str, Any]:
         "p95_ms": round(percentile(times, 0.95), 2) if times else 0.0,
         "max_ms": round(times[-1], 2) if times else 0.0,
         "arms": sorted(tally.arms),
+        **({"said": "".join(tally.said).strip()} if tally.said else {}),
     }
 
 

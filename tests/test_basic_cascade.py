@@ -1,0 +1,232 @@
+"""The basic cascade's turn logic and threading, with stand-in models (fast, no weights).
+
+The stand-ins answer at once (or block on an Event where the test needs the worker busy); the
+speech is real (espeak-ng), so silero-vad and the turn-taker run as in use. The worker is driven
+by feeding silence until the turn ends, polling: what is asserted is what was heard, said and
+played, never how many periods it took.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from adapters.basic.cascade import BasicCascade
+from bench.basic_cpu import period_pcm
+from engine.duplex import DuplexLoop, PeriodStep, Phase
+from engine.metrics import Metrics
+from tests.speech import conversation
+
+PERIOD_S = 0.5
+OUT_RATE = 8000  # the stand-in voice's rate: any rate with whole periods works
+TONE_S = 0.4  # each voiced clause: a tone this long
+
+
+class Ears:
+    """Hears every utterance as ``text``; ``gate`` (when given) holds it until set."""
+
+    rate = 16000
+
+    def __init__(
+        self, text: str = "what is the capital of france", gate: threading.Event | None = None
+    ):
+        self.text, self.gate, self.heard = text, gate, 0
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
+        self.heard += 1
+        return self.text
+
+
+class Mouth:
+    """Says ``clauses``, one ``say`` each, stopping when cancelled."""
+
+    def __init__(self, clauses: tuple[str, ...] = ("Paris,", "in France.")) -> None:
+        self.clauses = clauses
+
+    def reply(self, question: str, say: Callable[[str], None], cancelled: threading.Event) -> str:
+        for clause in self.clauses:
+            if cancelled.is_set():
+                break
+            say(clause)
+        return " ".join(self.clauses)
+
+
+class Tone:
+    """A 440 Hz tone of ``seconds`` per clause."""
+
+    rate = OUT_RATE
+
+    def __init__(self, seconds: float = TONE_S) -> None:
+        self.seconds = seconds
+
+    def speak(self, text: str) -> np.ndarray:
+        t = np.arange(round(self.seconds * self.rate)) / self.rate
+        return (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., BasicCascade]]:
+    made: list[BasicCascade] = []
+
+    def build(
+        ears: Ears | None = None,
+        mouth: Mouth | None = None,
+        tone: Tone | None = None,
+        realtime: bool = True,
+    ) -> BasicCascade:
+        parts = (ears or Ears(), mouth or Mouth(), tone or Tone())
+        cascade = BasicCascade(*parts, PERIOD_S, realtime=realtime)
+        made.append(cascade)
+        return cascade
+
+    yield build
+    for cascade in made:
+        cascade.close()
+
+
+def feed(cascade: BasicCascade, audio: np.ndarray) -> list[PeriodStep]:
+    n = cascade.input_samples
+    padded = np.zeros(-(-audio.size // n) * n, dtype=np.float32)
+    padded[: audio.size] = audio
+    return [cascade.step(padded[i : i + n]) for i in range(0, padded.size, n)]
+
+
+def until_turn_end(cascade: BasicCascade, limit_s: float = 30.0) -> list[PeriodStep]:
+    """Silence, period after period (polling the worker), until the assistant's turn ends."""
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    steps: list[PeriodStep] = []
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        steps.append(cascade.step(silence))
+        if steps[-1].turn_end:
+            return steps
+        time.sleep(0.005)
+    raise AssertionError(f"the turn did not end within {limit_s} s")
+
+
+def loud(steps: list[PeriodStep]) -> int:
+    return sum(int(np.count_nonzero(np.abs(period_pcm(s)) > 1e-3)) for s in steps)
+
+
+def played(step: PeriodStep) -> bool:
+    return bool(period_pcm(step).any())
+
+
+def heard(steps: list[PeriodStep]) -> str:
+    return " ".join(str(s.facts["heard"]) for s in steps if "heard" in s.facts)
+
+
+def said(steps: list[PeriodStep]) -> str:
+    return " ".join(s.text for s in steps if s.text)
+
+
+def test_a_question_gets_every_clause_spoken_once(make):
+    cascade = make()
+    steps = feed(cascade, conversation([0.5, "what is the capital of france", 0.2]).audio)
+    steps += until_turn_end(cascade)
+    assert all(period_pcm(s).size <= cascade.output_samples for s in steps)  # never ahead
+    assert heard(steps) == "what is the capital of france"
+    assert said(steps) == "Paris, in France."
+    # Both clauses played in full (tones are continuous: a sample near a zero crossing of the
+    # sine may be under the threshold, so count with a little slack).
+    assert loud(steps) >= 0.97 * 2 * TONE_S * OUT_RATE
+    speaking = [s for s in steps if s.phase is Phase.SPEAK]
+    assert speaking and speaking[-1].turn_end and not speaking[-1].barge_in
+    assert sum(s.turn_end for s in steps) == 1
+    assert not cascade.in_turn
+
+
+def test_steps_never_wait_for_the_models(make):
+    gate = threading.Event()
+    cascade = make(ears=Ears(gate=gate))
+    feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
+    assert cascade.in_turn  # the turn was taken; the recognizer is still blocked
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    for _ in range(5):
+        began = time.monotonic()
+        step = cascade.step(silence)
+        assert time.monotonic() - began < 1.0  # a step is ~ms; the worker is blocked for good
+        assert step.phase is Phase.SPEAK and not played(step) and not step.turn_end
+    gate.set()
+    assert loud(until_turn_end(cascade)) > 0
+
+
+def test_barge_in_stops_the_answer(make):
+    cascade = make(mouth=Mouth(tuple(f"clause {i}." for i in range(20))), tone=Tone(1.0))
+    feed(cascade, conversation([0.5, "tell me a long story", 0.2]).audio)
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    deadline = time.monotonic() + 30
+    while not played(cascade.step(silence)):  # until the answer is heard
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    steps = feed(cascade, conversation(["no wait, stop talking please", 0.3]).audio)
+    barged = [s for s in steps if s.barge_in]
+    assert len(barged) == 1 and barged[0].turn_end and barged[0].phase is Phase.LISTEN
+    after = steps[steps.index(barged[0]) :]
+    assert not any(played(s) for s in after)  # nothing of the old answer plays after it
+
+
+def test_speech_that_resumes_cancels_the_speculative_answer(make):
+    ears = Ears()
+    cascade = make(ears=ears)
+    # A 0.3-s pause inside the question (shorter than the turn-taker's 0.6 s): the first half
+    # starts a speculative job, the second half cancels it; one answer, to the whole question.
+    talk = conversation([0.5, "what is the capital", 0.3, "of france", 0.2])
+    steps = feed(cascade, talk.audio) + until_turn_end(cascade)
+    assert sum(s.turn_end for s in steps) == 1
+    assert said(steps) == "Paris, in France."
+
+
+def test_nothing_heard_ends_the_turn_in_silence(make):
+    cascade = make(ears=Ears(text=" "))
+    steps = feed(cascade, conversation([0.5, "hmm, well", 0.2]).audio) + until_turn_end(cascade)
+    assert steps[-1].turn_end and not any(played(s) for s in steps)
+
+
+def test_reset_drops_the_answer_in_flight(make):
+    gate = threading.Event()
+    cascade = make(ears=Ears(gate=gate))
+    feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
+    assert cascade.in_turn
+    cascade.reset()
+    gate.set()
+    silence = np.zeros(cascade.input_samples, dtype=np.float32)
+    steps = [cascade.step(silence) for _ in range(6)]
+    assert all(s.phase is Phase.LISTEN and not played(s) for s in steps)
+
+
+def test_a_period_must_be_whole_samples_at_both_rates():
+    with pytest.raises(ValueError, match="whole number of samples"):
+        BasicCascade(Ears(), Mouth(), Tone(), period_s=0.3333)
+
+
+def test_on_a_simulated_clock_steps_wait_for_the_answer(make):
+    # A blocked recognizer, released from another thread after 0.3 s: the take's period waits
+    # for it, so the answer starts in that very period however fast the periods come.
+    gate = threading.Event()
+    cascade = make(ears=Ears(gate=gate), realtime=False)
+    threading.Timer(0.3, gate.set).start()
+    steps = feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
+    speaking = [s for s in steps if s.phase is Phase.SPEAK]
+    assert speaking and played(speaking[0]) and speaking[0].facts["heard"]
+    assert loud(steps) >= 0.97 * 2 * TONE_S * OUT_RATE and speaking[-1].turn_end
+
+
+def test_the_loop_plays_it_period_by_period(make):
+    cascade = make(realtime=False)
+    loop = DuplexLoop(cascade, Metrics(cascade.period_s, device="cpu", arm="eager"), None, None)
+    n = cascade.input_samples
+    talk = conversation([0.5, "what is the capital of france", 2.0]).audio
+    talk = np.concatenate([talk, np.zeros(-talk.size % n, dtype=np.float32)])
+    outcomes = [loop.step(talk[i : i + n]) for i in range(0, talk.size, n)]
+    assert all(o.pcm.shape == (cascade.output_samples,) for o in outcomes)
+    out = np.concatenate([o.pcm for o in outcomes])
+    assert np.count_nonzero(np.abs(out) > 1e-3) >= 0.97 * 2 * TONE_S * OUT_RATE
+    assert " ".join(o.text for o in outcomes if o.text) == "Paris, in France."
+    assert not loop.in_turn
