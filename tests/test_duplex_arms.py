@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.converse import summarize
+from app.converse import Tally, summarize
 from app.session import build_session
 from app.settings import Settings
 from engine.arms import ARMS, Arm
@@ -82,7 +82,10 @@ def test_converse_and_the_live_panel_print_the_same_p95(eager: list[PeriodOutcom
     for outcome in eager:
         panel.update(outcome.record)
     shown = panel.summary()
-    printed = summarize(eager)
+    tally = Tally()
+    for outcome in eager:
+        tally.add(outcome)
+    printed = summarize(tally)
     for key in ("p50", "p95"):
         value = shown[f"{key}_s"]
         assert isinstance(value, float) and printed[f"{key}_ms"] == round(value * 1e3, 2), key

@@ -35,12 +35,11 @@ def load_basic(
     ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
     here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
     machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
-    1.9-5.9 s for two sentences). ``HF_HUB_OFFLINE`` is set: every file comes from a wheel.
+    1.9-5.9 s for two sentences). Every file comes from a wheel, by its local path.
     Raises ``RuntimeError`` (one line) when a package is missing.
     """
     report = progress or (lambda stage, fraction: None)
     check_installed()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from adapters.basic.hearing import Recognizer
     from adapters.basic.reply import Replier
     from adapters.basic.voice import Voice

@@ -68,10 +68,10 @@ class Replier:
         # The GGUF loader draws its own tqdm bar on stderr, which the session's progress replaces.
         with contextlib.redirect_stderr(io.StringIO()):
             self._tokenizer: Any = AutoTokenizer.from_pretrained(
-                str(path.parent), gguf_file=path.name
+                str(path.parent), gguf_file=path.name, local_files_only=True
             )
             self._model: Any = AutoModelForCausalLM.from_pretrained(
-                str(path.parent), gguf_file=path.name, dtype=torch.float32
+                str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
             )  # from_pretrained leaves it in eval mode
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most

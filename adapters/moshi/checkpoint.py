@@ -4,7 +4,7 @@ The vendor's constructors (``moshi.models.loaders.get_moshi_lm``, ``get_mimi``) 
 architecture from the arguments :mod:`adapters.moshi.config` derives from the declaration; the
 weights come from the folder's safetensors (the vendor's own loading: its key renames and dtype
 casts) or from :func:`adapters.weights.randomize_` (every parameter and every codebook, never
-zeros). Nothing here asks the hub (``HF_HUB_OFFLINE`` is set before the vendor is imported).
+zeros). Nothing here asks the hub: files are local paths; config.json is read, never fetched.
 
 Errors are one line (:class:`~adapters.moshi.config.CheckpointError`): a file the vendor cannot
 read, a tensor missing or of the wrong shape, a tokenizer smaller than the model's text
@@ -13,12 +13,9 @@ vocabulary, and, before anything is allocated, a GPU without the memory the mode
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before moshi imports huggingface_hub
 
 import torch
 from torch import nn

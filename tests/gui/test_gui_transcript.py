@@ -33,7 +33,7 @@ class _Said:
 
 @pytest.fixture
 def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every second period the assistant says a word: ``w<index>``."""
+    """Every second period the assistant says a word: `` w<index>`` (its own leading space)."""
     from app.session import Session
 
     step = Session.step
@@ -41,7 +41,7 @@ def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
     def said(self: Session, mic: Any) -> Any:
         outcome = step(self, mic)
         index = outcome.record.index
-        return _Said(outcome, f"w{index}" if index % 2 == 0 else "")
+        return _Said(outcome, f" w{index}" if index % 2 == 0 else "")
 
     monkeypatch.setattr(Session, "step", said)
 

@@ -92,9 +92,12 @@ class CheckpointDownload(QThread):
         self._cancel.set()
 
     def run(self) -> None:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
 
         progress = _progress_class(self.progress.emit, self._cancel)
+        # A model family may keep the hub off for its loading (MiniCPM-o's checkpoint code runs
+        # with HF_HUB_OFFLINE set); a download the user asked for is the one call that goes out.
+        constants.HF_HUB_OFFLINE = False
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             snapshot_download(
