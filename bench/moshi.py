@@ -43,6 +43,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 from adapters.moshi.checkpoint import MoshiModels, build_models
 from adapters.moshi.config import size_for
 from adapters.moshi.family import warm_up
+from adapters.moshi.frame import vendor_graphs_off
 from adapters.moshi.stream import MoshiStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
@@ -243,14 +244,13 @@ def vendor(
 
 @contextmanager
 def _graphs(on: bool, device: torch.device) -> Iterator[None]:
-    """The vendor's graphs on (its default) or off (``NO_CUDA_GRAPH``); no lazy compile on the
-    CPU, as in our frame."""
-    from moshi.utils.compile import no_compile, no_cuda_graph
-
+    """The vendor's graphs on (its default) or off exactly as our frame turns them off
+    (``vendor_graphs_off``: its lazy ``torch.compile`` stays on CUDA, as in its own loop; turning
+    it off there too changes kernels, and the frames then differ from the first sampled one)."""
     if on and device.type == "cuda":
         yield
         return
-    with no_cuda_graph(), no_compile():
+    with vendor_graphs_off(device):
         yield
 
 
