@@ -147,6 +147,18 @@ def check_folder(folder: Path) -> FolderFiles:
     )
 
 
+#: What reading a broken or hostile safetensors header raises (deep JSON: RecursionError).
+_UNREADABLE = (
+    OSError,
+    struct.error,
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    RecursionError,
+)
+
+
 def _damaged(path: Path) -> str | None:
     """What is wrong with a checkpoint file, read from its size and header, or None.
 
@@ -169,7 +181,7 @@ def _damaged(path: Path) -> str | None:
         ends = [
             int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
         ]
-    except (OSError, struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError):
+    except _UNREADABLE:
         return f"is not a safetensors file ({size:,} bytes without a readable header)"
     expected = 8 + length + max(ends, default=0)
     if size < expected:
