@@ -2,15 +2,18 @@
 
 Small config, seeded random weights, seeded noise in, sampling on. On the CPU the sampling
 operators draw from the host generator, so the engine keeps them eager (counted
-``host_randomness``); Mimi's encode and decode replay (simulated) under R and SR.
+``host_randomness``); Mimi's encode and decode replay (simulated) under R and SR. Every call the
+engine decides is counted: the counts must be exactly those the schedule of arms implies.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
-from engine.arms import Arm
+from engine.arms import Arm, Granularity
 from tests.moshi_small import first_difference, make_stream, models, noise, run, vendor_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -49,18 +52,36 @@ def test_every_arm_equals_eager_across_a_reset_and_a_live_switch(arm: Arm) -> No
     stream, replay = make_stream(arm, seed=5)
     ours = run(stream, frames, seed=7, reset_at=RESET_AT, switch={15: other, 31: arm})
     assert first_difference(eager, ours) is None
-    ops = replay.snapshot()["ops"]
-    misses = {name: op["misses"] for name, op in ops.items()}
-    assert not any(
-        reason in m for m in misses.values() for reason in ("not_in_catalog", "drift", "unkeyable")
-    ), misses
-    assert sum(op["invalidations"] for op in ops.values()) == 0
-    if arm.replay:  # on the CPU the samplers stay eager, counted; Mimi replays (simulated)
-        sampled = [n for n, m in misses.items() if "host_randomness" in m]
-        assert sampled and all("lm_step" in n or "depformer" in n or "frame" in n for n in sampled)
-    if arm in (Arm.R, Arm.SR):
-        mimi = [op["hits"] for name, op in ops.items() if "mimi" in name and op["hits"]]
-        assert len(mimi) == 2 and min(mimi) > FRAMES // 3
+    arms = [arm if i < 15 or i >= 31 else other for i in range(FRAMES)]
+    calls = expected_calls(arms, opens={0, *RESET_AT})
+    for name, op in replay.snapshot()["ops"].items():
+        short = name.removeprefix("moshi.")
+        n, misses = calls[short], op["misses"]
+        assert op["invalidations"] == 0, (name, op)
+        if short.startswith("mimi"):  # replayed (simulated): captured once, on its second call
+            assert op["hits"] + sum(misses.values()) + op["captures"] == n, (name, op)
+            assert set(misses) <= {"warmup"} and op["captures"] == (n > 1), (name, op)
+            assert op["rejections"] == 0, (name, op)
+        else:  # a sampler: eager on the CPU, every call counted host_randomness
+            assert op["hits"] == 0 and misses == ({"host_randomness": n} if n else {}), (name, op)
+            # Rejected once per signature: a frame has two (open, steady), both run here.
+            signatures = 0 if not n else 2 if short.startswith("frame") else 1
+            assert op["rejections"] == signatures, (name, op)
+
+
+def expected_calls(arms: list[Arm], opens: set[int]) -> Counter[str]:
+    """The replayed operators each frame calls under its arm (frame ``i`` under ``arms[i]``;
+    the frames in ``opens`` follow a reset, so they decode nothing)."""
+    calls: Counter[str] = Counter()
+    for i, arm in enumerate(arms):
+        suffix = "_regions" if arm.state_rule else ""
+        if arm.granularity is Granularity.CHUNK:
+            calls[f"frame{suffix}"] += 1
+        elif arm.granularity is Granularity.STEP:
+            decode = ["mimi_decode"] if i not in opens else []
+            for op in ["mimi_encode", "lm_step", "depformer_step", *decode]:
+                calls[f"{op}{suffix}"] += 1
+    return calls
 
 
 def test_reset_is_in_place() -> None:
@@ -71,6 +92,40 @@ def test_reset_is_in_place() -> None:
     run(stream, noise(3, seed=15))
     assert [(t.data_ptr(), tuple(t.shape)) for t in stream.written()] == before
     assert stream.frames == 3
+
+
+def test_a_new_conversation_resets_in_place_and_keeps_the_graphs() -> None:
+    """The loaded model (warmed, sealed) under SR: after ``reset`` every streaming state and
+    region is at the same address, no graph is captured or dropped (Mimi keeps replaying), and
+    the conversation starts over: the same input and seed give the same tokens and speech."""
+    from adapters.face import ModelRequest
+    from adapters.moshi.family import MOSHI
+
+    seed = 4
+    request = ModelRequest(device="cpu", model_size="small", arm=Arm.SR, seed=seed)
+    loaded = MOSHI.load(request, lambda stage, fraction: None)
+    model, replay = loaded.model, loaded.replay
+    assert replay is not None
+    mics = [f.flatten().numpy() for f in noise(6, seed=16)]
+
+    def converse() -> list[tuple[list[int], list[torch.Tensor]]]:
+        return [(s.facts["tokens"], s.audio) for s in map(model.step, mics)]
+
+    first = converse()  # the family re-seeded the generator after its warm-up
+    addresses = [(t.data_ptr(), tuple(t.shape)) for t in model.stream.written()]
+    classes = {name: op["classes"] for name, op in replay.snapshot()["ops"].items()}
+    model.reset()
+    torch.manual_seed(seed)
+    again = converse()
+    assert [(t.data_ptr(), tuple(t.shape)) for t in model.stream.written()] == addresses
+    snapshot = replay.snapshot()
+    assert {name: op["classes"] for name, op in snapshot["ops"].items()} == classes
+    total = snapshot["total"]
+    assert total["captures"] == 0 and total["invalidations"] == 0 and total["hits"] > 0
+    assert set(total["misses"]) == {"host_randomness"}  # the samplers, eager on the CPU
+    for (tokens, audio), (tokens2, audio2) in zip(first, again, strict=True):
+        assert tokens == tokens2
+        assert all(torch.equal(a, b) for a, b in zip(audio, audio2, strict=True))
 
 
 def test_runs_in_separate_processes_agree() -> None:

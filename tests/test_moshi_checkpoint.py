@@ -164,9 +164,65 @@ def test_wrong_shapes_are_one_line(tmp_path: Path) -> None:
 
 
 def test_a_legacy_folder_is_the_7b_and_small_weights_do_not_fit(tmp_path: Path) -> None:
+    from adapters.moshi.config import check_folder
+
     write_folder(tmp_path, config=False)
+    files = check_folder(tmp_path)
+    assert files.lm_kwargs is None and files.lm_gen == {} and files.mimi_config is None
     with pytest.raises(FamilyError, match=f"{MOSHI_FILE} does not fit the Moshi config"):
         _load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "keep", "damage"),
+    [
+        (MOSHI_FILE, 0, "is empty"),
+        (TOKENIZER_FILE, 0, "is empty"),
+        (MOSHI_FILE, None, "is truncated"),  # half: the tensors cut short
+        (MIMI_FILE, 100, "is truncated"),  # the header cut short
+        (MIMI_FILE, 5, "is not a safetensors file"),
+    ],
+)
+def test_an_empty_or_truncated_file_is_caught_before_loading(
+    tmp_path: Path, name: str, keep: int | None, damage: str
+) -> None:
+    write_folder(tmp_path)
+    path = tmp_path / name
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2 if keep is None else keep])
+    for attempt in (lambda: MOSHI.check(_request(tmp_path)), lambda: _load(tmp_path)):
+        with pytest.raises(FamilyError) as error:  # the settings' check, then Start
+            attempt()
+        message = str(error.value)
+        assert message.startswith(f"Moshi file {path} {damage}") and "\n" not in message
+        assert message.endswith(": download it again") and error.value.setting == "checkpoint"
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_too_little_gpu_memory_is_refused_before_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, legacy: bool
+) -> None:
+    """bf16 7B on a GPU with 6 GiB free: the message says how much is needed and how much is
+    free (only ``torch.cuda.mem_get_info`` is faked: nothing reaches a GPU before the check)."""
+    from moshi.models import loaders
+
+    from adapters.moshi.checkpoint import memory_needed
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (6 << 30, 80 << 30))
+    checkpoint = None
+    if legacy:  # the released 7B's folder layout; its files are never read
+        write_folder(tmp_path, config=False)
+        checkpoint = tmp_path
+    size = size_for("full", DECLARATION)
+    needed = memory_needed(size, size.lm_kwargs(loaders._lm_kwargs, None), torch.bfloat16)
+    assert 16 << 30 < needed < 18 << 30  # weights 14.3 GiB, rings 1.5 GiB, Mimi, a workspace
+    request = ModelRequest(device="cuda", model_size="full", checkpoint=checkpoint)
+    with pytest.raises(FamilyError) as error:
+        MOSHI.load(request, lambda stage, fraction: None)
+    message = str(error.value)
+    assert f"needs about {needed / 2**30:.1f} GiB of GPU memory in bf16" in message
+    assert "6.0 GiB free" in message and "\n" not in message
+    assert error.value.setting == "device" and not torch.cuda.is_initialized()
 
 
 def test_a_config_against_the_declaration_is_refused(tmp_path: Path) -> None:

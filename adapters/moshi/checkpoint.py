@@ -94,9 +94,11 @@ def build_models(
 
 def _load(path: Path, build: Any, *args: Any, **kwargs: Any) -> Any:
     """``build(*args)`` with the vendor's loading errors turned into one line naming ``path``."""
+    from safetensors import SafetensorError
+
     try:
         return build(*args, **kwargs)
-    except (RuntimeError, ValueError, OSError, KeyError) as error:
+    except (RuntimeError, ValueError, OSError, KeyError, SafetensorError) as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         detail = next((line for line in lines if "size mismatch" in line), None)
         detail = detail or (lines[1] if len(lines) > 1 else lines[0] if lines else repr(error))

@@ -16,11 +16,16 @@ declaration does not state (:data:`SMALL_LM`, :data:`SMALL_MIMI`) so a frame run
 milliseconds on one core. Both keep the declared frame (``samples_per_frame``), codebooks
 (``dep_q``) and ring capacities: the state rule sizes the rings from the declaration, so a
 config that disagrees with it is refused, never silently resized.
+
+Every file is checked by its size and header before anything loads: an empty file, or a
+safetensors file whose header is unreadable or whose tensors run past its end (an interrupted
+download), is a :class:`DamagedFile`.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +38,7 @@ __all__ = [
     "MOSHI_FILE",
     "TOKENIZER_FILE",
     "CheckpointError",
+    "DamagedFile",
     "FolderFiles",
     "MoshiSize",
     "check_folder",
@@ -44,6 +50,8 @@ MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
 TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
 CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
+WEIGHT_SUFFIXES = (".safetensors", ".sft")
+MAX_HEADER = 100_000_000  # bytes: the safetensors library refuses larger headers too
 
 #: The small size's operating point: the declared one with fewer, narrower layers.
 SMALL_POINT = {
@@ -65,6 +73,10 @@ SMALL_MIMI = {"seanet_filters": 8, "quantizer_dimension": 32, "transformer_feedf
 
 class CheckpointError(ValueError):
     """A Moshi checkpoint folder, file, config value or tensor we cannot load (one line)."""
+
+
+class DamagedFile(CheckpointError):
+    """A checkpoint file that is empty, unreadable or cut short: the fix is to download it."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +128,14 @@ def check_folder(folder: Path) -> FolderFiles:
     if missing:
         raise CheckpointError(f"Moshi folder {folder} lacks {', '.join(missing)}")
     for key in ("moshi_name", "mimi_name"):
-        if files[key].suffix not in (".safetensors", ".sft"):
+        if files[key].suffix not in WEIGHT_SUFFIXES:
             raise CheckpointError(
                 f"{files[key]} is not a safetensors file; only safetensors weights are loaded"
             )
+    for path in files.values():
+        damage = _damaged(path)
+        if damage:
+            raise DamagedFile(f"Moshi file {path} {damage}")
     return FolderFiles(
         folder,
         files["moshi_name"],
@@ -129,6 +145,48 @@ def check_folder(folder: Path) -> FolderFiles:
         lm_gen,
         mimi_config,
     )
+
+
+#: What reading a broken or hostile safetensors header raises (deep JSON: RecursionError).
+_UNREADABLE = (
+    OSError,
+    struct.error,
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    RecursionError,
+)
+
+
+def _damaged(path: Path) -> str | None:
+    """What is wrong with a checkpoint file, read from its size and header, or None.
+
+    A safetensors file is an 8-byte little-endian header length, the JSON header, then the
+    tensors' bytes: the largest ``data_offsets`` end in the header is where the file must end.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return "is empty (0 bytes)"
+    if path.suffix not in WEIGHT_SUFFIXES:
+        return None
+    try:
+        with path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > MAX_HEADER:
+                return f"is not a safetensors file ({size:,} bytes, header length {length:,})"
+            if length > size - 8:
+                return f"is truncated ({size:,} bytes, its header alone needs {8 + length:,})"
+            header = json.loads(f.read(length))
+        ends = [
+            int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
+        ]
+    except _UNREADABLE:
+        return f"is not a safetensors file ({size:,} bytes without a readable header)"
+    expected = 8 + length + max(ends, default=0)
+    if size < expected:
+        return f"is truncated ({size:,} of {expected:,} bytes)"
+    return None
 
 
 def _json(path: Path) -> dict[str, Any]:

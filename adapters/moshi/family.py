@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
-from adapters.moshi.config import CheckpointError, check_folder
+from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,10 +64,12 @@ class MoshiFamily:
         try:
             check_folder(request.checkpoint)
         except CheckpointError as error:
-            raise FamilyError(
-                f"{error}: choose a Moshi folder (e.g. a download of kyutai/moshiko-pytorch-bf16)",
-                "checkpoint",
-            ) from None
+            fix = (
+                "download it again"
+                if isinstance(error, DamagedFile)
+                else "choose a Moshi folder (e.g. a download of kyutai/moshiko-pytorch-bf16)"
+            )
+            raise FamilyError(f"{error}: {fix}", "checkpoint") from None
         if request.model_size == "small":
             raise FamilyError(
                 f"checkpoint {request.checkpoint} sets its own size (the 7B, or what its "

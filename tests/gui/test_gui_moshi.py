@@ -49,4 +49,10 @@ def test_moshi_converses_in_the_window(
     assert window.controller.trace is not None
     header, records = read_trace(window.controller.trace)
     assert header["period_s"] == 0.08 and header["settings"]["family"] == "moshi"
+    said = "".join(r["loop"].get("text", "") for r in records).strip()
     assert sum(bool(r["loop"].get("text")) for r in records) > len(records) // 2
+    # The transcript card shows what it said, live: one assistant line (no user recognizer).
+    shown = window.transcript.text().splitlines()
+    assert len(shown) == 1 and shown[0].endswith(f"] Assistant: {said}"), shown
+    # Real time on the CPU: the frames were computed inside their 80-ms periods.
+    assert sum(r["over_budget"] for r in records) <= len(records) // 10
