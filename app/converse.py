@@ -17,8 +17,11 @@ Nothing is lost, nothing clobbered: every output is checked before the models lo
 room on the disk) and the input is scanned for NaN; the WAVs and the JSONL are written period by
 period (a killed run leaves them playable and readable; ``duplexcadence export`` rebuilds the
 Perfetto/CSV); a run that fails leaves the earlier files of the same names as they were, while
-Ctrl-C or SIGTERM ends it like the end of the input. Memory stays flat in the session's length:
-the input is streamed and the summary is tallied period by period.
+Ctrl-C or SIGTERM ends it like the end of the input: a period is written whole or not at all
+(its trace line, its audio, its recordings: ``app.interrupts``), and so is the closing of each
+output; an interrupt during the exports leaves them to ``duplexcadence export``. Memory stays
+flat in the session's length: the input is streamed, the summary is tallied period by period,
+and the exports stream the JSONL (``bench/long_session.py`` measures a 2-hour input).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.heap import settle_heap
+from app.interrupts import WholeExitStack, interrupts_deferred
 from app.outputs import OutputsError, check_outputs, run_bytes
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
@@ -156,25 +160,56 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
 
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar
         logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
-    session = build_session(
-        req.settings,
-        trace=req.jsonl,
-        progress=_load_progress(req.progress),
-        n_steps=req.n_steps,
-        realtime=req.input is None or req.realtime,  # devices and paced files keep a clock
-    )
-    settle_heap()  # the main thread owns collection here: weights, graphs, warm-up, then freeze
+    try:
+        session = build_session(
+            req.settings,
+            trace=req.jsonl,
+            progress=_load_progress(req.progress),
+            n_steps=req.n_steps,
+            realtime=req.input is None or req.realtime,  # devices and paced files keep a clock
+        )
+    except KeyboardInterrupt:
+        if req.progress:
+            sys.stderr.write("\n")  # ends the loading line: "interrupted" gets its own
+        raise
     tally = Tally()
-    with ExitStack() as stack:
+    try:
+        audio, nonfinite = _converse(session, req, tally)
+        summary = _finish(req, session, tally)
+    except KeyboardInterrupt:  # while closing or exporting: what was written is whole
+        if req.jsonl is not None:
+            print(
+                f"duplexcadence converse: interrupted before the exports: {req.jsonl} is whole; "
+                f"`duplexcadence export {req.jsonl}` writes the Perfetto and CSV files",
+                file=sys.stderr,
+            )
+        raise
+    if nonfinite:
+        print(
+            f"duplexcadence converse: warning: the model produced {nonfinite} NaN or infinite "
+            "samples, written as silence (broken weights?)",
+            file=sys.stderr,
+        )
+    return {**summary, **audio, "nonfinite_samples": nonfinite}
+
+
+def _converse(session: Session, req: ConverseRequest, tally: Tally) -> tuple[dict[str, Any], int]:
+    """Open the audio and the outputs, run the periods, close everything; returns the device
+    statistics and the count of non-finite samples the model made. Ctrl-C or SIGTERM ends the
+    periods like the end of the input; the outputs are opened and closed whole (an interrupt
+    then comes after)."""
+    with WholeExitStack() as stack:
         stack.callback(session.close)
         _keep_on_success(stack, session.trace)  # runs first: a failed run aborts the trace
+        settle_heap()  # the main thread owns collection: weights, graphs, warm-up, then freeze
         source = _source(req, session.input_rate, stack)
-        sink = _sink(req, session.output_rate, stack)
+        with interrupts_deferred():  # each output opened and in the stack, or none
+            sink = _sink(req, session.output_rate, stack)
+            recorders = _recorders(req, session.input_rate, session.output_rate, stack)
         if req.settings.echo_cancel:
             from app.audio import cancel_playback_echo
 
             cancel_playback_echo(source, sink)
-        recorders = _recorders(req, session.input_rate, session.output_rate, stack)
         total = _expected_periods(req, source, session)
         bar = PeriodBar("converse", total) if req.progress else None
         try:
@@ -185,15 +220,8 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
         else:
             if bar is not None:
                 bar.close()
-        audio = _device_stats(source=source, sink=sink)
-        nonfinite = getattr(sink, "nonfinite", 0)
-    if nonfinite:
-        print(
-            f"duplexcadence converse: warning: the model produced {nonfinite} NaN or infinite "
-            "samples, written as silence (broken weights?)",
-            file=sys.stderr,
-        )
-    return {**_finish(req, session, tally), **audio, "nonfinite_samples": nonfinite}
+        stats = _device_stats(source=source, sink=sink)
+    return stats, getattr(sink, "nonfinite", 0)
 
 
 def _keep_on_success(stack: ExitStack, output: WavSink | TraceWriter | None) -> None:
@@ -257,14 +285,15 @@ def _run(
             if req.seconds is None and not _answer_pending(session, tally, drained):
                 break
             mic, drained = silence, drained + 1
-        outcome = session.step(mic)
-        if outcome.record.loop.get("barge_in") and hasattr(sink, "interrupt"):
-            sink.interrupt()  # a device sink drops what it still queues, fading out
-        sink.write(outcome.pcm)
-        if recorders is not None:
-            recorders[0].write(mic)
-            recorders[1].write(outcome.pcm)
-        tally.add(outcome)
+        with interrupts_deferred():  # the period's trace line, audio and recordings, or none
+            outcome = session.step(mic)
+            if outcome.record.loop.get("barge_in") and hasattr(sink, "interrupt"):
+                sink.interrupt()  # a device sink drops what it still queues, fading out
+            sink.write(outcome.pcm)
+            if recorders is not None:
+                recorders[0].write(mic)
+                recorders[1].write(outcome.pcm)
+            tally.add(outcome)
         if bar is not None:
             ms = outcome.record.processing_s * 1e3
             bar.update(f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}")
@@ -340,6 +369,8 @@ def _finish(req: ConverseRequest, session: Session, tally: Tally) -> dict[str, A
 
     files: dict[str, str] = {}
     if req.trace is not None and req.jsonl is not None:  # names checked before the run
+        if req.progress:
+            print(f"converse: exporting {req.trace} and its .csv", file=sys.stderr, flush=True)
         files["jsonl"] = str(req.jsonl)
         files["perfetto"] = str(export_perfetto(req.jsonl, req.trace))
         files["csv"] = str(export_csv(req.jsonl, req.trace.with_suffix(".csv")))

@@ -9,12 +9,14 @@ so a demo, a benchmark and a soak hear exactly the same user.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import platformdirs
 
-from app.periods import write_wav
+from engine.files import OutputError, atomic_write
 
 TALK = Path(__file__).resolve().parents[1] / "assets" / "talk"
 UTTERANCES = {
@@ -30,8 +32,7 @@ def demo_dir() -> Path:
     return Path(platformdirs.user_data_dir("duplexcadence")) / "demo"
 
 
-def talk(seconds: int, seed: int = 0) -> np.ndarray:
-    """``seconds`` s of the user's side at 16 kHz: the seeded schedule over the utterances."""
+def _clips() -> dict[str, np.ndarray]:
     import soundfile
 
     clips: dict[str, np.ndarray] = {}
@@ -43,15 +44,32 @@ def talk(seconds: int, seed: int = 0) -> np.ndarray:
                 "`python3 bench/converse.py --make-talk`"
             )
         clips[name], _ = soundfile.read(path, dtype="float32")
-    rng = np.random.default_rng(seed)
-    parts, total = [np.zeros(RATE // 2, np.float32)], RATE // 2
-    while total < seconds * RATE:
+    return clips
+
+
+def talk_parts(seconds: float, seed: int = 0) -> Iterator[np.ndarray]:
+    """The talk of :func:`talk` as the utterances and pauses it is made of (the last one cut),
+    one at a time: a talk of any length in the memory of one part."""
+    clips, rng = _clips(), np.random.default_rng(seed)
+    left = round(seconds * RATE)
+
+    def part(audio: np.ndarray) -> np.ndarray:
+        nonlocal left
+        audio, left = audio[:left], left - min(left, audio.size)
+        return audio
+
+    yield part(np.zeros(RATE // 2, np.float32))
+    while left > 0:
         # An answer of at most 8 s ends before the next question; the follow-up is cut short.
         for name, gap in (("question", 9.5), ("followup", 2.0), ("interrupt", 3.0)):
             pause = np.zeros(round((gap + rng.uniform(0, 1)) * RATE), np.float32)
-            parts += [clips[name], pause]
-            total += clips[name].size + pause.size
-    return np.concatenate(parts)[: seconds * RATE]
+            yield part(clips[name])
+            yield part(pause)
+
+
+def talk(seconds: int, seed: int = 0) -> np.ndarray:
+    """``seconds`` s of the user's side at 16 kHz: the seeded schedule over the utterances."""
+    return np.concatenate(list(talk_parts(seconds, seed)))
 
 
 def talk_periods(periods: int, seed: int = 0) -> list[np.ndarray]:
@@ -60,7 +78,19 @@ def talk_periods(periods: int, seed: int = 0) -> list[np.ndarray]:
     return [audio[k * RATE : (k + 1) * RATE].copy() for k in range(periods)]
 
 
-def write_talk(path: Path, seconds: int, seed: int = 0) -> Path:
-    """The talk as a 16-bit WAV at ``path`` (its folder created; written atomically)."""
+def write_talk(path: Path, seconds: float, seed: int = 0) -> Path:
+    """The talk as a 16-bit WAV at ``path`` (its folder created; written atomically), streamed
+    part by part: hours of talk in the memory of one utterance."""
+    import soundfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_wav(path, talk(seconds, seed), RATE)
+
+    def write(f: IO[bytes]) -> None:
+        with soundfile.SoundFile(f, "w", RATE, 1, subtype="PCM_16", format="WAV") as wav:
+            for part in talk_parts(seconds, seed):
+                wav.write(np.clip(part, -1.0, 1.0))
+
+    try:
+        return atomic_write(path, write)
+    except OutputError as error:
+        raise ValueError(f"output {error}") from None

@@ -27,6 +27,7 @@ import torch
 
 from adapters.face import FamilyError, ModelRequest
 from adapters.token2wav.family import LYCHEEFD, SYNTHETIC, Token2WavFamily
+from app.interrupts import interrupts_deferred
 from app.outputs import OutputsError, check_outputs, run_bytes
 from app.periods import WavSink
 from app.progress import PeriodBar
@@ -134,19 +135,20 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
         window = tokens.take(stride + lookahead)
         for index in range(calls):
             last = index == req.seconds
-            metrics.begin_period(replay=replay.snapshot())
-            with torch.no_grad(), metrics.span("synthesis"):
-                pcm = stream.push(window, last_chunk=last).squeeze(0).cpu().numpy()
-            wav.write(pcm)
-            if wav.nonfinite:
-                raise SynthFailed(
-                    f"the model produced {wav.nonfinite} NaN or infinite samples in second "
-                    f"{index}: its weights are broken; nothing was kept"
-                )
-            record = metrics.end_period(replay=replay.snapshot(), events=replay.drain_events())
-            worst, total = max(worst, record.processing_s), total + record.processing_s
-            if writer is not None:
-                writer.write(record)
+            with interrupts_deferred():  # a second's audio and its trace line, or neither
+                metrics.begin_period(replay=replay.snapshot())
+                with torch.no_grad(), metrics.span("synthesis"):
+                    pcm = stream.push(window, last_chunk=last).squeeze(0).cpu().numpy()
+                wav.write(pcm)
+                if wav.nonfinite:
+                    raise SynthFailed(
+                        f"the model produced {wav.nonfinite} NaN or infinite samples in second "
+                        f"{index}: its weights are broken; nothing was kept"
+                    )
+                record = metrics.end_period(replay=replay.snapshot(), events=replay.drain_events())
+                worst, total = max(worst, record.processing_s), total + record.processing_s
+                if writer is not None:
+                    writer.write(record)
             if bar is not None:
                 bar.update(f"last {record.processing_s * 1e3:.0f} ms")
             held = window[:, stride:]  # the lookahead tokens open the next window
@@ -159,16 +161,17 @@ def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     finally:
         if bar is not None:
             bar.close()
-        if failed:  # the trace is the evidence of what failed; the audio is no result
-            if writer is not None:
-                writer.abort()
-            if wav is not None:
-                wav.abort(discard=True)
-        else:
-            if writer is not None:
-                writer.close()
-            if wav is not None:
-                wav.close()
+        with interrupts_deferred():  # each file closed whole
+            if failed:  # the trace is the evidence of what failed; the audio is no result
+                if writer is not None:
+                    writer.abort()
+                if wav is not None:
+                    wav.abort(discard=True)
+            else:
+                if writer is not None:
+                    writer.close()
+                if wav is not None:
+                    wav.close()
     if req.trace is not None:
         export_perfetto(req.trace.with_suffix(".jsonl"), req.trace)
     assert wav is not None, "the loop ran"

@@ -8,7 +8,7 @@ File format (``.jsonl``, UTF-8, strict JSON: no NaN):
 
 Durability: each line is written whole, flushed AND ``os.fsync``'d before ``write`` returns,
 so a killed process (SIGKILL, power loss after the fsync) loses at most the period in flight,
-and ``read_trace`` tolerates the one truncated line such a kill can leave at the end.
+and ``stream_trace`` (``read_trace``) tolerates the one truncated line such a kill can leave.
 
 The path is checked when the writer is built, BEFORE the session starts: a trace that cannot
 be written must fail at launch, not after an hour of talking. The file is an
@@ -26,7 +26,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ __all__ = [
     "check_trace_path",
     "read_trace",
     "session_metadata",
+    "stream_trace",
 ]
 
 TRACE_FORMAT = 1
@@ -236,51 +237,66 @@ class TraceWriter:
             self.abort()
 
 
-def _parse_lines(path: Path, lines: list[str]) -> list[dict[str, Any]]:
-    """Parse JSON lines; only the LAST line may be broken (the period in flight at a kill)."""
-    parsed: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
-                break  # truncated tail of a killed writer
-            raise TraceError(
-                f"{path}:{number} is not valid JSON ({exc}) and is not the last line: "
-                "the trace is corrupt beyond a killed write; restore it or re-record"
-            ) from exc
-        if not isinstance(obj, dict):
-            raise TraceError(
-                f"{path}:{number} is not a JSON object: is this a DuplexCadence trace?"
-            )
-        parsed.append(obj)
-    return parsed
+def _objects(path: Path, lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Parse JSON lines one at a time; only the LAST line may be broken (the period in flight at
+    a kill: the next line is read ahead to know)."""
+    number, line = 1, next(lines, None)
+    while line is not None:
+        following = next(lines, None)
+        if line.strip():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if following is None:
+                    return  # truncated tail of a killed writer
+                raise TraceError(
+                    f"{path}:{number} is not valid JSON ({exc}) and is not the last line: "
+                    "the trace is corrupt beyond a killed write; restore it or re-record"
+                ) from exc
+            if not isinstance(obj, dict):
+                raise TraceError(
+                    f"{path}:{number} is not a JSON object: is this a DuplexCadence trace?"
+                )
+            yield obj
+        number, line = number + 1, following
 
 
-def read_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Read a trace: ``(header, period records)``, tolerating a truncated last line.
+def _lines(path: Path) -> Iterator[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from f
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path} ({exc}): check the path") from exc
 
-    A file cut inside the header (a session killed before its first period) reads as an
-    error, since without the header nothing in it can be labelled.
+
+def stream_trace(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    """Read a trace as it is stored: ``(header, period records one at a time)``.
+
+    The header is read and checked now; the records are read as they are iterated, so a trace
+    of any length takes the memory of one line (a corrupt line raises ``TraceError`` when it
+    is reached). A truncated last line is left out, and a file cut inside the header (a
+    session killed before its first period) reads as an error, since without the header
+    nothing in it can be labelled.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise TraceError(f"cannot read trace {p} ({exc}): check the path") from exc
-    objs = _parse_lines(p, text.splitlines())
-    if not objs or objs[0].get("type") != "header":
+    objs = _objects(p, _lines(p))
+    first = next(objs, None)
+    if first is None or first.get("type") != "header":
         raise TraceError(f"{p} has no header line: pass a trace written by TraceWriter")
-    header = {k: v for k, v in objs[0].items() if k != "type"}
+    header = {k: v for k, v in first.items() if k != "type"}
     if header.get("format", TRACE_FORMAT) > TRACE_FORMAT:
         raise TraceError(
             f"{p} has trace format {header['format']} > {TRACE_FORMAT}: upgrade duplexcadence"
         )
-    records = [
-        {k: v for k, v in obj.items() if k != "type"}
-        for obj in objs[1:]
-        if obj.get("type") == "period"
-    ]
+    records = (
+        {k: v for k, v in obj.items() if k != "type"} for obj in objs if obj.get("type") == "period"
+    )
     return header, records
+
+
+def read_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Read a whole trace: ``(header, period records)``, as :func:`stream_trace` reads it."""
+    header, records = stream_trace(path)
+    return header, list(records)

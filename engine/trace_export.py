@@ -9,7 +9,8 @@ Perfetto track layout (one process, ``pid`` from the header):
     counters (per process)     C "memory" (MiB), "cadence" (ms), "replay" (per-period counts);
                                Perfetto names each track "<name> <key>", e.g. "memory peak_MiB"
 
-Timestamps are µs since the session start. Both exports are atomic: they write a temporary
+Timestamps are µs since the session start. Both exports stream (the memory of a few periods,
+whatever the session's length) and are atomic: they write a temporary
 file in the destination folder and ``os.replace`` it, so a failure midway leaves no partial
 file and never damages an earlier export of the same name.
 """
@@ -18,15 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import heapq
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from engine.cadence import replay_totals
 from engine.files import OutputError, atomic_write
-from engine.trace import TraceError, read_trace
+from engine.trace import TraceError, read_trace, stream_trace
 
 __all__ = [
     "chrome_trace_problems",
@@ -173,11 +176,60 @@ def write_chrome_trace(
 def export_perfetto(
     jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, overwrite: bool = True
 ) -> Path:
-    """Export a JSONL trace to a Chrome/Perfetto ``.json`` file; returns its path."""
-    header, records = read_trace(jsonl_path)
-    with _malformed(jsonl_path):
-        chrome = to_chrome_trace(header, records)
-    return write_chrome_trace(chrome, out_path, overwrite=overwrite)
+    """Export a JSONL trace to a Chrome/Perfetto ``.json`` file; returns its path.
+
+    Streamed: the trace is read and the events written a period at a time (:func:`_in_order`),
+    so a session of any length exports in the memory of a few periods. The file is the one
+    :func:`to_chrome_trace` and :func:`write_chrome_trace` give; a trace whose periods are not
+    in time order (never one ``converse`` or ``synth`` wrote) is exported that way, whole.
+    """
+    header, records = stream_trace(jsonl_path)
+    pid = header["pid"] if isinstance(header.get("pid"), int) else 1
+
+    def write(f: IO[str]) -> None:
+        with _malformed(jsonl_path):
+            f.write('{"traceEvents": [')
+            separator = ""
+            for event in itertools.chain(_metadata_events(header, pid), _in_order(records, pid)):
+                f.write(separator + json.dumps(event, allow_nan=False))
+                separator = ", "
+            tail = json.dumps(dict(header), allow_nan=False)
+            f.write(f'], "displayTimeUnit": "ms", "metadata": {tail}}}')
+
+    try:
+        return _atomic_write(Path(out_path), ".json", write, overwrite)
+    except _OutOfOrder:
+        whole_header, whole = read_trace(jsonl_path)
+        with _malformed(jsonl_path):
+            chrome = to_chrome_trace(whole_header, whole)
+        return write_chrome_trace(chrome, out_path, overwrite=overwrite)
+
+
+class _OutOfOrder(Exception):
+    """A period holds an event earlier than one already written (the export then sorts whole)."""
+
+
+def _in_order(records: Iterable[Mapping[str, Any]], pid: int) -> Iterator[dict[str, Any]]:
+    """The periods' events in :func:`to_chrome_trace`'s order (by start, longer first, stable),
+    holding back only what a later period could still precede: an event is let out once a
+    period starts after it. Raises ``_OutOfOrder`` if a period breaks that (time went back)."""
+    pending: list[tuple[float, float, int, dict[str, Any]]] = []
+    last: tuple[float, float] | None = None
+    order = itertools.count()
+    for record in records:
+        events = _period_events(record, pid)
+        keys = [(e["ts"], -e.get("dur", 0)) for e in events]
+        if last is not None and min(keys) < last:
+            raise _OutOfOrder
+        floor = min(ts for ts, _ in keys)
+        while pending and pending[0][0] < floor:
+            ts, minus_dur, _, event = heapq.heappop(pending)
+            last = (ts, minus_dur)
+            yield event
+        for event, (ts, minus_dur) in zip(events, keys, strict=True):
+            heapq.heappush(pending, (ts, minus_dur, next(order), event))
+    while pending:
+        yield heapq.heappop(pending)[3]
 
 
 def _flat(prefix: str, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,11 +242,10 @@ def _flat(prefix: str, data: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def csv_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One flat row per period: scalars, replay totals (``misses.<reason>``), ``memory.*``,
-    ``op_ms.<name>`` (summed over calls), ``op_calls.<name>`` and the loop's scalars
-    (``loop.phase``, ...); spans/events are counted."""
-    rows = []
+def csv_rows(records: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+    """One flat row per period, as the records come: scalars, replay totals
+    (``misses.<reason>``), ``memory.*``, ``op_ms.<name>`` (summed over calls),
+    ``op_calls.<name>`` and the loop's scalars (``loop.phase``, ...); spans/events are counted."""
     for record in records:
         row = {k: v for k, v in record.items() if not isinstance(v, Mapping | list)}
         row.update(replay_totals(record.get("replay", {})))
@@ -208,15 +259,21 @@ def csv_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[f"op_ms.{name}"] = row.get(f"op_ms.{name}", 0.0) + float(span["dur_us"]) / 1e3
             row[f"op_calls.{name}"] = row.get(f"op_calls.{name}", 0) + 1
         row["events"] = len(record.get("events", []))
-        rows.append(row)
-    return rows
+        yield row
 
 
 def write_csv(
-    rows: list[dict[str, Any]], out: str | os.PathLike[str], *, overwrite: bool = True
+    rows: Iterable[dict[str, Any]],
+    out: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    overwrite: bool = True,
 ) -> Path:
-    """Write rows atomically; columns are the union in first-seen order, gaps left empty."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
+    """Write rows atomically; columns (default: the union in first-seen order, which needs the
+    rows twice) are the header, gaps left empty."""
+    if columns is None:
+        rows = list(rows)
+        columns = list(dict.fromkeys(key for row in rows for key in row))
 
     def write(f: IO[str]) -> None:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
@@ -229,11 +286,23 @@ def write_csv(
 def export_csv(
     jsonl_path: str | os.PathLike[str], out_path: str | os.PathLike[str], *, overwrite: bool = True
 ) -> Path:
-    """Export a JSONL trace to a ``.csv`` with one row per period; returns its path."""
-    _, records = read_trace(jsonl_path)
+    """Export a JSONL trace to a ``.csv`` with one row per period; returns its path.
+
+    Streamed in two passes over the trace (the columns, then the rows): a session of any length
+    exports in the memory of one period. The second pass stops at the first one's count, so a
+    trace still being written exports as it was at the first pass.
+    """
+    _, records = stream_trace(jsonl_path)
     with _malformed(jsonl_path):
-        rows = csv_rows(records)
-    return write_csv(rows, out_path, overwrite=overwrite)
+        columns: dict[str, None] = {}
+        periods = 0
+        for row in csv_rows(records):
+            columns.update(dict.fromkeys(row))
+            periods += 1
+    _, again = stream_trace(jsonl_path)
+    rows = csv_rows(itertools.islice(again, periods))
+    with _malformed(jsonl_path):
+        return write_csv(rows, out_path, columns=list(columns), overwrite=overwrite)
 
 
 @contextlib.contextmanager
@@ -241,6 +310,8 @@ def _malformed(path: str | os.PathLike[str]) -> Iterator[None]:
     """A record without the fields a period has: one line naming the trace, not a traceback."""
     try:
         yield
+    except TraceError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise TraceError(
             f"{path}: a period record is malformed ({type(error).__name__}: {error}): "

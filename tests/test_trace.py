@@ -296,3 +296,22 @@ def test_cuda_session_exports_a_valid_perfetto_trace(tmp_path: Path) -> None:
     device_slices = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 3]
     assert len(device_slices) == 20 * 5
     assert header["gpu"] != "none" and trace["metadata"]["gpu"] == header["gpu"]
+
+
+def test_streamed_perfetto_export_is_the_whole_sort(tmp_path: Path) -> None:
+    """The export streams period by period, yet writes the bytes one sort of everything gives,
+    also for a trace whose periods are not in time order (it then sorts whole)."""
+    path = tmp_path / "s.jsonl"
+    header, records = make_session(6)
+    dicts = [r.to_dict() for r in records]
+    dicts[4]["events"].append({"kind": "capture", "op": "late", "ts_us": 1.0})  # time went back
+    for name, rows in (("ordered", dicts[:4]), ("unordered", dicts)):
+        with TraceWriter(path, header, overwrite=True) as writer:
+            for row in rows:
+                writer.write(row)
+        streamed = export_perfetto(path, tmp_path / f"{name}.json").read_bytes()
+        whole = write_chrome_trace(to_chrome_trace(*read_trace(path)), tmp_path / "whole.json")
+        assert streamed == whole.read_bytes(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ordered.json", "s.jsonl", "unordered.json", "whole.json"
+    ]  # fmt: skip
