@@ -44,6 +44,7 @@ MIMI_FILE = "tokenizer-e351c8d8-checkpoint125.safetensors"
 TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
 CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
+WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
 
 #: The small size's operating point: the declared one with fewer, narrower layers.
 SMALL_POINT = {
@@ -147,6 +148,11 @@ class MoshiSize:
 
     name: str
     point: dict[str, int]  # the declaration's operating point at this size
+
+    def ring_bytes(self, itemsize: int) -> int:
+        """The temporal transformer's key/value rings, as the state rule sizes them."""
+        p = self.point
+        return p["layers"] * 2 * p["heads"] * p["main_capacity"] * p["head_dim"] * itemsize
 
     def lm_kwargs(
         self, base: dict[str, Any], folder_kwargs: dict[str, Any] | None

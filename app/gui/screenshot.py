@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
     parser.add_argument("--input-wav", type=Path, help="the user's side (default: espeak-ng)")
     parser.add_argument("--periods", type=int, default=24, help="periods before the shot")
+    parser.add_argument(
+        "--family", default="synthetic", help="model family (default: the small CPU Token2Wav)"
+    )
     parser.add_argument("--size", default="1600x980", help="window size WIDTHxHEIGHT")
     parser.add_argument(
         "--threads", type=int, default=1,
@@ -123,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(folder)
         os.environ["XDG_DATA_HOME"] = str(tmp / "data")
         wav = args.input_wav or spoken_conversation(tmp / "talk.wav")
-        settings_file = save_settings(Settings(model_size="small"), tmp / "settings.yaml")
+        settings_file = save_settings(
+            Settings(family=args.family, model_size="small"), tmp / "settings.yaml"
+        )
         create_application([])  # PySide6 keeps the QApplication alive for the process
         route = AudioRoute(input_wav=wav, realtime=True, output="none")
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)

@@ -24,7 +24,8 @@ RATE_OUT = 24_000  # the assistant's rate (Token2Wav)
 def start_converse(folder: Path, *extra: str) -> subprocess.Popen[str]:
     talk = write_talk(folder / "talk.wav", 20)
     argv = [
-        "converse", "--headless", "--input", str(talk), "--output", str(folder / "o.wav"),
+        "converse", "--headless", "--family", "synthetic", "--input", str(talk),
+        "--output", str(folder / "o.wav"),
         "--trace", str(folder / "t.json"), "--device", "cpu", "--model-size", "small",
         "--realtime", "--quiet", *extra,
     ]  # fmt: skip

@@ -265,7 +265,7 @@ class EngineThread(QThread):
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
-            self.transcript.add(view.t_s, "Assistant", view.text)
+            self.transcript.add_period(view.t_s, view.heard, view.text)
             audio.feed_levels(heard, played)
             self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
