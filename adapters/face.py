@@ -123,6 +123,9 @@ class LoadedModel:
     facts: Mapping[str, Any] = field(default_factory=dict)  # more for the trace header
     audit: FamilyAudit | None = None  # audit mode, when asked for and the family has a carry
     has_text: bool = False  # the model says text (a transcript) beside its speech
+    # The arms the session can switch to live (the window offers only these); () where the arm
+    # changes nothing (a family that replays nothing).
+    switchable_arms: tuple[Arm, ...] = tuple(Arm)
 
 
 class Family(Protocol):

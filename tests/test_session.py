@@ -57,6 +57,7 @@ def test_lean_session_refuses_stock_arms_with_the_fix() -> None:
     session = build_session(
         Settings(family="synthetic", device="cpu", arm=Arm.SR), n_steps=2, envelope=False
     )
+    assert session.switchable_arms == (Arm.S, Arm.SR, Arm.SRC)  # what the window offers
     session.request_arm(Arm.EAGER)
     with pytest.raises(ValueError, match="envelope"):
         session.step(np.zeros(16_000, np.float32))

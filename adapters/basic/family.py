@@ -86,6 +86,7 @@ class BasicFamily:
                 "realtime": request.realtime,
             },
             has_text=True,
+            switchable_arms=(),  # it replays nothing: no arm changes what it computes
         )
 
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.minicpmo45.folder import check_folder, weight_bytes
 from adapters.token2wav.family import SYNTHETIC
+from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,12 +124,13 @@ class MiniCPMO45Family:
                 "decoder_weights": str(decoder.checkpoint or "seeded random"),
                 "voice_frames": speech.voice.frames,
                 "envelope": decoder.envelope,
-                "switchable_arms": _switchable(decoder.envelope),
+                "switchable_arms": [str(arm) for arm in switchable_arms(decoder.envelope)],
                 "memory": memory,
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
             audit=audit,
             has_text=True,
+            switchable_arms=switchable_arms(decoder.envelope),
         )
 
     # -- internals ---------------------------------------------------------------------------
@@ -232,12 +234,6 @@ def _held(device: str) -> dict[str, float]:
         "held_allocated_gib": round(torch.cuda.memory_allocated(device) / gib, 2),
         "held_reserved_gib": round(torch.cuda.memory_reserved(device) / gib, 2),
     }
-
-
-def _switchable(envelope: bool) -> list[str]:
-    from engine.arms import Arm
-
-    return [str(arm) for arm in Arm if envelope or arm.state_rule]
 
 
 def _file_bytes(token2wav: Path) -> int:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.token2wav.config import CheckpointError, check_folder
+from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
     from adapters.token2wav.binding import FlowBinding
@@ -185,6 +186,7 @@ class Token2WavFamily:
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
             audit=audit,
+            switchable_arms=switchable_arms(request.envelope),
         )
 
     def load_speech(self, request: ModelRequest, progress: Progress) -> SpeechModel:

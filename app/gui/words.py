@@ -11,6 +11,7 @@ __all__ = [
     "CASCADE_NOTE",
     "CPU_NOTE",
     "HELP_HTML",
+    "NO_ARMS",
     "REASON_WORDS",
     "reason_words",
 ]
@@ -44,6 +45,8 @@ def reason_words(reason: str) -> str:
     """A miss reason in plain words (the code itself when it is new)."""
     return REASON_WORDS.get(reason, reason.replace("_", " "))
 
+
+NO_ARMS = "none: this model replays nothing, so arms do not apply"
 
 CASCADE_NOTE = (
     "Basic voice: a cascade (speech recognizer → small language model → voice) that answers "

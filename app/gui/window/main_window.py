@@ -416,6 +416,7 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(True)
         self.conversation.indicator.set_state("running")
         self.banner.setVisible(info.weights_synthetic)
+        self.toolbar.offer_arms(tuple(Arm(a) for a in info.switchable_arms))
         card = self.session_card
         card.set("model", info.model_name)
         card.set("arm", info.arm)
@@ -447,6 +448,7 @@ class MainWindow(QMainWindow):
         s = self.settings
         self.banner.setVisible(random_weights(s))
         self.cascade_note.show_for(s)
+        self.toolbar.offer_arms(tuple(Arm))  # the next session starts with any arm
         self.toolbar.show_arm(s.arm)
         self.toolbar.talk_action.setVisible(s.push_to_talk)
         self._push_to_talk = s.push_to_talk

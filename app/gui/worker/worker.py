@@ -65,6 +65,7 @@ class SessionInfo:
     input_label: str
     output_label: str
     trace: Path | None
+    switchable_arms: tuple[str, ...] = ()  # the arms it can switch to live (() : none apply)
 
 
 def _dropouts(audio: OpenedAudio) -> int:
@@ -285,4 +286,5 @@ class EngineThread(QThread):
             input_label=audio.input_label,
             output_label=audio.output_label,
             trace=self._trace,
+            switchable_arms=tuple(str(arm) for arm in session.switchable_arms),
         )
