@@ -33,9 +33,11 @@ __all__ = [
     "Family",
     "FamilyAudit",
     "FamilyError",
+    "Footprint",
     "LoadedModel",
     "ModelRequest",
     "Progress",
+    "gib",
 ]
 
 Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
@@ -77,6 +79,20 @@ class ModelRequest:
     realtime: bool = True
 
 
+def gib(n: int) -> str:
+    """Bytes as people read them in a footprint: ``"15.2 GiB"``."""
+    return f"{n / 2**30:.1f} GiB"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a family takes on this machine, torch-free (the Models page lists it)."""
+
+    where: tuple[Path, ...]  # the folders its weights are in (a checkpoint, shipped packages)
+    needs: str  # what it needs to run, in words, its figures computed from its own numbers
+    packages: tuple[str, ...] = ()  # the modules it imports beyond the base install
+
+
 class FamilyAudit(Protocol):
     """Audit mode of a loaded model (paper §3.6): the shadow auditor on its carry."""
 
@@ -107,6 +123,9 @@ class LoadedModel:
     facts: Mapping[str, Any] = field(default_factory=dict)  # more for the trace header
     audit: FamilyAudit | None = None  # audit mode, when asked for and the family has a carry
     has_text: bool = False  # the model says text (a transcript) beside its speech
+    # The arms the session can switch to live (the window offers only these); () where the arm
+    # changes nothing (a family that replays nothing).
+    switchable_arms: tuple[Arm, ...] = tuple(Arm)
 
 
 class Family(Protocol):
@@ -116,10 +135,15 @@ class Family(Protocol):
     title: str  # for people, e.g. "Moshi (Kyutai): 7B speech-text model + Mimi codec"
     declaration: str  # its declaration's name (assets/declarations/<name>.yaml)
     reads: frozenset[str]  # the ModelRequest fields it uses; the window greys out the others
+    full_duplex: bool  # listens while it speaks (False: a cascade that answers after a pause)
 
     def check(self, request: ModelRequest) -> None:
         """Raise :class:`FamilyError` naming the fix if ``request`` cannot load (torch-free:
         folders and files only, so the settings dialog can call it)."""
+        ...
+
+    def footprint(self, request: ModelRequest) -> Footprint:
+        """Where its weights are for ``request`` and what it needs (torch-free, quick)."""
         ...
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:

@@ -11,7 +11,7 @@ import importlib
 
 from adapters.face import Family
 
-__all__ = ["DEFAULT_FAMILY", "family", "family_keys"]
+__all__ = ["DEFAULT_FAMILY", "FALLBACK_FAMILY", "family", "family_keys"]
 
 _FAMILIES = {  # key -> "module:attribute" of its face
     "synthetic": "adapters.token2wav.family:SYNTHETIC",
@@ -20,7 +20,11 @@ _FAMILIES = {  # key -> "module:attribute" of its face
     "minicpmo45": "adapters.minicpmo45.family:MINICPMO45",
     "basic": "adapters.basic.family:BASIC",
 }
-DEFAULT_FAMILY = "synthetic"
+# The user's default: the basic voice talks with no checkpoint and no download (issue 15).
+DEFAULT_FAMILY = "basic"
+# Where the default falls back when the basic voice's packages are missing; also what tests and
+# benchmarks name (`--family synthetic`): seeded random weights, fast and deterministic.
+FALLBACK_FAMILY = "synthetic"
 
 
 def family_keys() -> tuple[str, ...]:

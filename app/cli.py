@@ -13,6 +13,7 @@ Ctrl-C (a ``KeyboardInterrupt``), so a stopped run closes its files the same way
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.registry import family_keys
+from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family_keys
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound
 from engine.declaration_io import load_declaration
@@ -30,6 +31,11 @@ from engine.plan import make_plan, plan_as_dict
 if TYPE_CHECKING:
     from engine.arms import Arm
 
+FAMILY_HELP = (
+    f"model family (default: settings, else {DEFAULT_FAMILY}, the CPU voice that needs no "
+    f"checkpoint; {FALLBACK_FAMILY}: seeded random weights, for tests and benchmarks): "
+    + ", ".join(family_keys())
+)
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 DEBUG_ENV = "DUPLEXCADENCE_DEBUG"  # set it to see the traceback of an unexpected error
 
@@ -189,8 +195,7 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         help="full (the released sizes) or small (real time on a CPU); auto: full on CUDA",
     )  # fmt: skip
     parser.add_argument(
-        "--family", choices=family_keys(),
-        help="model family (default: settings, synthetic): " + ", ".join(family_keys()),
+        "--family", choices=family_keys(), help=FAMILY_HELP,
     )  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="the family's model folder")
     parser.add_argument(
@@ -274,9 +279,11 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         ),
     )
     parser.add_argument(
-        "--seconds", type=int, default=30, metavar="N", help="run N one-second periods (default 30)"
-    )
+        "--seconds", type=int, default=30, metavar="N",
+        help="N seconds of talk, then the answer to its end (default 30)",
+    )  # fmt: skip
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
+    parser.add_argument("--family", choices=family_keys(), help=FAMILY_HELP)
     parser.add_argument(
         "--device", choices=("auto", "cuda", "cpu"), default="auto",
         help="compute device (default auto: CUDA when present)",
@@ -299,11 +306,17 @@ def _run_demo(args: argparse.Namespace) -> int:
     from app.converse import ConverseRequest, converse
     from app.demo import demo_dir, write_talk
     from app.outputs import check_outputs
-    from app.settings import Settings, check_settings
+    from app.settings import Settings, check_settings, fall_back
 
     out = args.out or demo_dir()
     force = args.force or args.out is None  # the demo folder is the app's: each run replaces it
     settings = Settings(arm=arm, device=args.device)
+    if args.family is not None:
+        settings = dataclasses.replace(settings, family=args.family)
+    else:  # the default, not a choice: it may fall back (one line says why)
+        settings, line = fall_back(settings)
+        if line is not None:
+            print(f"duplexcadence demo: {line}", file=sys.stderr)
     names = ("talk.wav", "assistant.wav", "trace.json", "trace.jsonl", "trace.csv")
     try:
         check_settings(settings)  # before anything is written
@@ -315,8 +328,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             input=talk,
             output=out / "assistant.wav",
             trace=out / "trace.json",
-            seconds=args.seconds,
-            force=force,
+            force=force,  # the talk's length in any family's periods, then the answer's end
         )
         summary = converse(request)
     except (ValueError, OSError, RuntimeError) as error:

@@ -251,6 +251,7 @@ class Tally:
         self.times_ms: list[float] = []  # one float per period: 58 KB for two hours
         self.arms: set[str] = set()
         self.said: list[str] = []  # what the assistant said, period by period (text families)
+        self.heard: list[str] = []  # what the user said, utterance by utterance (recognizers)
         self.last: PeriodOutcome | None = None
 
     def add(self, outcome: PeriodOutcome) -> None:
@@ -263,6 +264,8 @@ class Tally:
         self.over_budget += bool(record.over_budget)
         self.times_ms.append(record.processing_s * 1e3)
         self.arms.add(record.arm)
+        if outcome.heard:
+            self.heard.append(outcome.heard)
         if outcome.text:
             self.said.append(outcome.text)
         self.last = outcome
@@ -396,6 +399,7 @@ def summarize(tally: Tally) -> dict[str, Any]:
         "p95_ms": round(percentile(times, 0.95), 2) if times else 0.0,
         "max_ms": round(times[-1], 2) if times else 0.0,
         "arms": sorted(tally.arms),
+        **({"heard": " / ".join(tally.heard)} if tally.heard else {}),
         **({"said": "".join(tally.said).strip()} if tally.said else {}),
     }
 
@@ -415,7 +419,7 @@ def _load_progress(show: bool) -> Callable[[str, float], None] | None:
 
 def request_from_args(args: argparse.Namespace) -> ConverseRequest:
     """The request the ``converse`` subcommand's arguments describe (settings file + flags)."""
-    from app.settings import load_settings
+    from app.settings import fall_back, load_settings
 
     if args.settings is not None and not args.settings.is_file():
         raise ConverseError(f"--settings {args.settings} does not exist: give a settings YAML")
@@ -433,6 +437,10 @@ def request_from_args(args: argparse.Namespace) -> ConverseRequest:
         changes["trust_checkpoint_code"] = True
     settings = Settings(**{**base.__dict__, **changes})
     Settings.from_dict(settings.to_dict())  # validate the flags like a settings file
+    if args.family is None:  # the default, not a choice: it may fall back (one line says why)
+        settings, line = fall_back(settings)
+        if line is not None:
+            print(f"duplexcadence converse: {line}", file=sys.stderr)
     devices = args.input_device is not None or args.output_device is not None
     return ConverseRequest(
         settings=settings,

@@ -60,6 +60,7 @@ class Session:
         self.weights_synthetic = loaded.weights_synthetic
         self.metrics, self.replay, self.trace = loop.metrics, loop.replay, trace
         self.warmup, self.audit = loaded.warmup, loaded.audit
+        self.switchable_arms = loaded.switchable_arms  # what the window offers to switch to
         self._warmed = {settings.arm} if settings.arm.replay else set()
         self._open_capture = threading.Event()
         self._ptt_held = threading.Event()

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from adapters.face import FamilyError, ModelRequest
-from adapters.registry import DEFAULT_FAMILY, family, family_keys
+from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family, family_keys
 from engine.arms import Arm
 from engine.files import atomic_write
 from engine.safe_yaml import YamlError, read_yaml
@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "check_settings",
+    "fall_back",
     "load_settings",
     "save_settings",
     "settings_path",
@@ -50,7 +51,8 @@ class SettingsError(ValueError):
 
 @dataclass
 class Settings:
-    """Everything a session is built from; defaults run anywhere (seeded random weights)."""
+    """Everything a session is built from; the defaults talk with no checkpoint (the basic
+    voice; :func:`fall_back` where its packages are missing)."""
 
     family: str = DEFAULT_FAMILY  # a key of adapters.registry
     model_size: str = "auto"  # full | small | auto (full on CUDA, small on CPU)
@@ -236,6 +238,23 @@ def _back_up_if_broken(path: Path) -> Path | None:
     with open(path, "rb") as f:
         raw = f.read(SETTINGS_MAX_BYTES)  # a longer file is not settings: keep its head
     return atomic_write(backup, lambda f: f.write(raw))
+
+
+def fall_back(s: Settings) -> tuple[Settings, str | None]:
+    """The settings to run, and a line for the user when they had to change.
+
+    The default family (the basic voice) needs optional packages; where they are missing, a
+    default request (no checkpoint, no voice) runs the fallback family instead, seeded random
+    weights, and the line says what is missing and how to install it. Torch-free.
+    """
+    if s.family != DEFAULT_FAMILY or s.checkpoint is not None or s.voice is not None:
+        return s, None
+    try:
+        family(DEFAULT_FAMILY).check(ModelRequest())
+    except FamilyError as error:
+        line = f"{error}; until then the assistant has random weights (it answers with noise)"
+        return dataclasses.replace(s, family=FALLBACK_FAMILY), line[0].upper() + line[1:]
+    return s, None
 
 
 def check_settings(s: Settings) -> None:

@@ -145,7 +145,7 @@ def ask(
         step = cascade.step(mic[k] if k < len(mic) else silence)
         done = time.monotonic()
         slowest = max(slowest, done - began)
-        heard.append(str(step.facts.get("heard", "")))
+        heard.append(step.heard)
         said.append(step.text)
         if step.phase is Phase.SPEAK:
             made = period_pcm(step)  # starts at the period's start

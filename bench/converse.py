@@ -72,7 +72,7 @@ def run(
     """One conversation; returns its figures and its PCM per period."""
     cuda = args.device == "cuda"
     settings = Settings(
-        device=args.device, model_size=args.model_size, arm=arm, seed=args.seed,
+        family="synthetic", device=args.device, model_size=args.model_size, arm=arm, seed=args.seed,
         checkpoint=args.checkpoint,
     )  # fmt: skip
     if cuda:

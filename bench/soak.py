@@ -41,7 +41,13 @@ def rss_mib() -> float:
 
 
 def soak(args: argparse.Namespace, trace_dir: Path) -> dict[str, Any]:
-    settings = Settings(device="cpu", model_size="small", arm=Arm.parse(args.arm), seed=args.seed)
+    settings = Settings(
+        family="synthetic",
+        device="cpu",
+        model_size="small",
+        arm=Arm.parse(args.arm),
+        seed=args.seed,
+    )
     session = build_session(settings, trace=trace_dir / "soak.jsonl")
     talk = talk_periods(120, args.seed)
     samples: list[dict[str, float]] = []

@@ -71,6 +71,12 @@ class Arm(StrEnum):
 ARMS: tuple[Arm, ...] = tuple(Arm)
 
 
+def switchable_arms(envelope: bool) -> tuple[Arm, ...]:
+    """The arms a loaded session can switch to live: every arm with the stock state envelope
+    loaded, else only those under the state rule (the stock path needs the envelope)."""
+    return tuple(arm for arm in ARMS if envelope or arm.state_rule)
+
+
 @runtime_checkable
 class ArmedStream(Protocol):
     """What an adapter's stream offers so arms can change between calls without losing exactness.

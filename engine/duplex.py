@@ -2,7 +2,8 @@
 
 A model family hands the loop a :class:`PeriodModel`: it hears one native period of microphone
 audio and answers with the speech it made in that period (any length, maybe none), what it
-decided (listen or speak, turn end, barge-in) and the text it said, if it has text. Every period
+decided (listen or speak, turn end, barge-in), the text it said, if it has text, and what it
+heard the user say, if it runs a recognizer (``heard``). Every period
 :meth:`DuplexLoop.step`:
 
 1. applies an arm switch requested since the last period (any thread may request one);
@@ -80,6 +81,9 @@ class PeriodStep:
     # running text that carries its own spacing (a word that starts here starts with a space;
     # Moshi's subword pieces do), so a transcript is the periods' texts concatenated.
     text: str = ""
+    # What the user said, as the family's recognizer heard it, in the period it became known
+    # (a whole utterance, no leading space; "" where the family runs no recognizer).
+    heard: str = ""
     calls: tuple[CallInfo, ...] = ()  # the synthesis calls made (windowed families)
     facts: Mapping[str, Any] = field(default_factory=dict)  # more plain facts for the trace
 
@@ -133,6 +137,7 @@ class PeriodOutcome:
     voice_prob: float
     calls: tuple[CallInfo, ...]
     text: str = ""  # what the assistant said in this period ("" where the family has no text)
+    heard: str = ""  # what the user said, as the family's recognizer heard it ("" where none)
 
 
 class DuplexLoop:
@@ -215,7 +220,9 @@ class DuplexLoop:
             record.loop.update(self.period_facts(self.model.arm))
         if self.trace is not None:
             self.trace.write(record)
-        return PeriodOutcome(out, record, step.phase, step.voice_prob, step.calls, step.text)
+        return PeriodOutcome(
+            out, record, step.phase, step.voice_prob, step.calls, step.text, step.heard
+        )
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -260,6 +267,8 @@ class DuplexLoop:
         }
         if step.text:
             facts["text"] = step.text
+        if step.heard:
+            facts["heard"] = step.heard
         facts["queued_samples"] = self._queued
         facts["out_peak"] = round(float(np.abs(out).max(initial=0.0)), 6)
         return facts

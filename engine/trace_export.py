@@ -82,9 +82,11 @@ def _period_slice(record: Mapping[str, Any], pid: int) -> dict[str, Any]:
         "over_budget": over,
         "slack_ms": float(record.get("slack_s", 0.0)) * 1e3,
     }
-    text = record.get("loop", {}).get("text")
-    if text:  # what the assistant said in this period (families with text)
-        args["text"] = text
+    loop = record.get("loop", {})
+    if loop.get("heard"):  # what the user said, as the family's recognizer heard it
+        args["heard"] = loop["heard"]
+    if loop.get("text"):  # what the assistant said in this period (families with text)
+        args["text"] = loop["text"]
     start, dur = float(record.get("start_us", 0.0)), float(record["processing_s"]) * 1e6
     period = _event("X", "period", pid, 1, _us(start), dur=_us(dur), cat="cadence", args=args)
     if over:

@@ -119,7 +119,7 @@ def played(step: PeriodStep) -> bool:
 
 
 def heard(steps: list[PeriodStep]) -> str:
-    return " ".join(str(s.facts["heard"]) for s in steps if "heard" in s.facts)
+    return " ".join(s.heard for s in steps if s.heard)
 
 
 def said(steps: list[PeriodStep]) -> str:
@@ -215,7 +215,7 @@ def test_on_a_simulated_clock_steps_wait_for_the_answer(make):
     threading.Timer(0.3, gate.set).start()
     steps = feed(cascade, conversation([0.5, "what is the capital of france", 1.5]).audio)
     speaking = [s for s in steps if s.phase is Phase.SPEAK]
-    assert speaking and played(speaking[0]) and speaking[0].facts["heard"]
+    assert speaking and played(speaking[0]) and speaking[0].heard
     assert loud(steps) >= 0.97 * 2 * TONE_S * OUT_RATE and speaking[-1].turn_end
 
 

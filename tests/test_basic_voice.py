@@ -73,6 +73,7 @@ def test_converse_headless_answers_a_spoken_question(cascade: BasicCascade, tmp_
         )
     )
     assert "antarctic" in summary["said"].lower(), summary
+    assert "penguin" in summary["heard"].lower(), summary  # the user's side, as heard
     answer, rate = sf.read(tmp_path / "a.wav", dtype="float32")
     heard = cascade.recognizer.transcribe(soxr.resample(answer, rate, 16000)).lower()
     assert "penguin" in heard or "antarctic" in heard, heard

@@ -35,7 +35,8 @@ def test_converse_on_files_writes_audio_trace_and_channels(
     tmp_path: Path, talk_wav: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out, trace, channels = tmp_path / "out.wav", tmp_path / "trace.json", tmp_path / "channels"
-    argv = ["converse", "--headless", "--input", str(talk_wav), "--output", str(out)]
+    argv = ["converse", "--headless", "--family", "synthetic", "--input", str(talk_wav)]
+    argv += ["--output", str(out)]
     argv += ["--trace", str(trace), "--arm", "SR", "--device", "cpu", "--quiet"]
     assert main([*argv, "--record-audio", str(channels)]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -60,7 +61,8 @@ def test_seconds_runs_exactly_that_many_periods(
     tmp_path: Path, talk_wav: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out.wav"
-    argv = ["converse", "--headless", "--input", str(talk_wav), "--output", str(out)]
+    argv = ["converse", "--headless", "--family", "synthetic", "--input", str(talk_wav)]
+    argv += ["--output", str(out)]
     assert main([*argv, "--seconds", "2", "--device", "cpu", "--quiet"]) == 0
     assert json.loads(capsys.readouterr().out)["periods"] == 2
     assert soundfile.info(out).frames == 2 * 24_000
@@ -71,7 +73,8 @@ def test_realtime_paces_the_input_to_the_clock(
 ) -> None:
     import time
 
-    argv = ["converse", "--headless", "--input", str(talk_wav), "--output", str(tmp_path / "o.wav")]
+    argv = ["converse", "--headless", "--family", "synthetic", "--input", str(talk_wav)]
+    argv += ["--output", str(tmp_path / "o.wav")]
     start = time.monotonic()
     assert main([*argv, "--seconds", "2", "--realtime", "--device", "cpu", "--quiet"]) == 0
     assert json.loads(capsys.readouterr().out)["periods"] == 2
@@ -99,7 +102,8 @@ def test_bad_requests_fail_early_with_the_fix(
 ) -> None:
     argv = [a.format(tmp=tmp_path, talk=talk_wav) for a in args]
     extra = ["--model-size", "full"] if "--checkpoint" in args else []
-    assert main(["converse", "--headless", "--device", "cpu", *extra, *argv]) == 2
+    argv = ["converse", "--headless", "--family", "synthetic", "--device", "cpu", *extra, *argv]
+    assert main(argv) == 2
     assert message in capsys.readouterr().err
 
 

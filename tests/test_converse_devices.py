@@ -56,7 +56,8 @@ def test_a_20_s_conversation_keeps_real_time_on_devices(
     user = threading.Thread(target=speak_until, args=(stop, virtual_audio.output_device))
     user.start()
     trace = tmp_path / "devices.json"
-    argv = ["converse", "--headless", "--device", "cpu", "--seconds", "20", "--quiet"]
+    argv = ["converse", "--headless", "--family", "synthetic", "--device", "cpu", "--seconds", "20"]
+    argv += ["--quiet"]
     argv += ["--input-device", virtual_audio.input_device]
     argv += ["--output-device", virtual_audio.output_device, "--trace", str(trace)]
     try:

@@ -29,7 +29,8 @@ def test_talk_is_seeded_speech_and_silence() -> None:
 
 
 def test_demo_writes_audio_and_traces(tmp_path: Path, capsys: object) -> None:
-    assert main(["demo", "--seconds", "3", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    argv = ["demo", "--family", "synthetic", "--seconds", "3", "--device", "cpu"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     for name in ("talk.wav", "assistant.wav", "trace.jsonl", "trace.csv", "trace.json"):
         assert (tmp_path / name).stat().st_size > 0, name
     validate_chrome_trace(json.loads((tmp_path / "trace.json").read_text()))

@@ -43,7 +43,9 @@ def periods() -> tuple[np.ndarray, ...]:
 
 
 def converse(arm: Arm, switches: dict[int, Arm] | None = None) -> list[PeriodOutcome]:
-    session = build_session(Settings(device="cpu", model_size="small", arm=arm), n_steps=2)
+    session = build_session(
+        Settings(family="synthetic", device="cpu", model_size="small", arm=arm), n_steps=2
+    )
     outcomes = []
     for k, mic in enumerate(periods()):
         if switches and k in switches:
@@ -125,7 +127,9 @@ def test_every_arm_gives_eagers_pcm_on_gpu() -> None:
     talk = talk_periods(16, seed=0)
 
     def run(arm: Arm) -> list[PeriodOutcome]:
-        session = build_session(Settings(device="cuda", model_size="full", arm=arm))
+        session = build_session(
+            Settings(family="synthetic", device="cuda", model_size="full", arm=arm)
+        )
         outcomes = [session.step(mic) for mic in talk]
         session.close()
         return outcomes

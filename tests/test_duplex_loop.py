@@ -66,7 +66,7 @@ class Recorder:
 
 
 def small_session(arm: Arm = Arm.SRC, **changes: object) -> Session:
-    settings = Settings(device="cpu", model_size="small", arm=arm, **changes)  # type: ignore[arg-type]
+    settings = Settings(family="synthetic", device="cpu", model_size="small", arm=arm, **changes)  # type: ignore[arg-type]
     return build_session(settings, n_steps=2)
 
 

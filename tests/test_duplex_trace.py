@@ -37,7 +37,9 @@ CHILD = textwrap.dedent(
 
     talk = conversation([0.3, "hello there, how are you doing today", 2.0]).periods()
     session = build_session(
-        Settings(device="cpu", model_size="small", arm=Arm.SRC), trace=sys.argv[1], n_steps=2
+        Settings(family="synthetic", device="cpu", model_size="small", arm=Arm.SRC),
+        trace=sys.argv[1],
+        n_steps=2,
     )
     k = 0
     while True:
@@ -99,7 +101,9 @@ def test_call_kinds_reach_the_trace(tmp_path: Path) -> None:
 
     talk = conversation([0.3, "hello there, how are you doing today", 9.0]).periods()
     path = tmp_path / "t.jsonl"
-    session = build_session(Settings(device="cpu", model_size="small"), trace=path, n_steps=2)
+    session = build_session(
+        Settings(family="synthetic", device="cpu", model_size="small"), trace=path, n_steps=2
+    )
     for mic in talk:
         session.step(mic)
     session.close()

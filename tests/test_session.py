@@ -22,7 +22,10 @@ def test_progress_reports_loading_then_capture(tmp_path: Path) -> None:
     seen: list[tuple[str, float]] = []
     trace = tmp_path / "s.jsonl"
     session = build_session(
-        Settings(device="cpu"), trace=trace, progress=lambda s, f: seen.append((s, f)), n_steps=2
+        Settings(family="synthetic", device="cpu"),
+        trace=trace,
+        progress=lambda s, f: seen.append((s, f)),
+        n_steps=2,
     )
     stages = [s for s, _ in seen]
     assert stages[0] == "loading" and stages[-1] == "capture"
@@ -43,15 +46,18 @@ def test_progress_reports_loading_then_capture(tmp_path: Path) -> None:
 
 def test_errors_come_before_loading(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="does not exist"):
-        build_session(Settings(checkpoint=tmp_path / "nope", model_size="full"))
+        build_session(Settings(family="synthetic", checkpoint=tmp_path / "nope", model_size="full"))
     with pytest.raises(TraceError, match=r"\.jsonl"):
-        build_session(Settings(device="cpu"), trace=tmp_path / "t.json")
+        build_session(Settings(family="synthetic", device="cpu"), trace=tmp_path / "t.json")
     with pytest.raises(SettingsError, match="envelope"):
-        build_session(Settings(device="cpu", arm=Arm.R), envelope=False)
+        build_session(Settings(family="synthetic", device="cpu", arm=Arm.R), envelope=False)
 
 
 def test_lean_session_refuses_stock_arms_with_the_fix() -> None:
-    session = build_session(Settings(device="cpu", arm=Arm.SR), n_steps=2, envelope=False)
+    session = build_session(
+        Settings(family="synthetic", device="cpu", arm=Arm.SR), n_steps=2, envelope=False
+    )
+    assert session.switchable_arms == (Arm.S, Arm.SR, Arm.SRC)  # what the window offers
     session.request_arm(Arm.EAGER)
     with pytest.raises(ValueError, match="envelope"):
         session.step(np.zeros(16_000, np.float32))

@@ -55,7 +55,9 @@ class ScriptedBackbone:
 
 
 def session(audit: bool, trace: Path | None = None, arm: Arm = Arm.SRC) -> Session:
-    settings = Settings(device="cpu", model_size="small", arm=arm, audit=audit, voice_frames=40)
+    settings = Settings(
+        family="synthetic", device="cpu", model_size="small", arm=arm, audit=audit, voice_frames=40
+    )
     session = build_session(settings, trace=trace, n_steps=2)
     session.loop.model.backbone = ScriptedBackbone()  # type: ignore[attr-defined]
     return session

@@ -74,12 +74,14 @@ def test_bad_files_name_the_key_and_the_fix(tmp_path: Path, text: str, message: 
 
 def test_check_settings_names_the_checkpoint_fix(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="does not exist"):
-        check_settings(Settings(checkpoint=tmp_path / "missing", model_size="full"))
+        check_settings(
+            Settings(family="synthetic", checkpoint=tmp_path / "missing", model_size="full")
+        )
     (tmp_path / "flow.yaml").write_text("flow: {}\n")
     with pytest.raises(SettingsError, match=r"lacks flow\.pt, hift_original\.pt"):
-        check_settings(Settings(checkpoint=tmp_path, model_size="full"))
+        check_settings(Settings(family="synthetic", checkpoint=tmp_path, model_size="full"))
     with pytest.raises(SettingsError, match="needs a checkpoint"):
-        check_settings(Settings(voice=tmp_path / "v.wav"))
+        check_settings(Settings(family="synthetic", voice=tmp_path / "v.wav"))
 
 
 def test_auto_sizes_follow_the_device() -> None:
@@ -113,10 +115,13 @@ def test_check_settings_catches_empty_and_truncated_checkpoint_files(tmp_path: P
     folder = _fake_checkpoint(tmp_path / "t2w")
 
     def _check_checkpoint(folder: Path) -> None:
-        check_settings(Settings(checkpoint=folder, device="cpu"))
+        check_settings(Settings(family="synthetic", checkpoint=folder, device="cpu"))
 
     _check_checkpoint(folder)  # whole files pass
-    assert Settings(checkpoint=folder, device="cpu").resolved_model_size() == "full"
+    assert (
+        Settings(family="synthetic", checkpoint=folder, device="cpu").resolved_model_size()
+        == "full"
+    )
     (folder / "flow.pt").write_bytes(b"")
     with pytest.raises(SettingsError, match=r"flow.pt is empty \(0 bytes\).*download"):
         _check_checkpoint(folder)

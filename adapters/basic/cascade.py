@@ -33,8 +33,8 @@ Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodMod
 is at most one period, the part of the answer this period plays: the loop's playout queue stays
 empty, so a barge-in silences the answer at once. The phase is ``SPEAK`` from the take (the
 assistant holds the floor while it thinks) to the period that plays its last sample
-(``turn_end``). ``text`` is the clauses whose audio was queued this period; ``facts["heard"]``
-what the recognizer heard, in the period it is first known. Nothing is replayed: the arm is
+(``turn_end``). ``text`` is the clauses whose audio was queued this period; ``heard`` what the
+recognizer heard, in the period it is first known. Nothing is replayed: the arm is
 kept for the loop and changes nothing.
 """
 
@@ -214,7 +214,7 @@ class BasicCascade:
             voice,
             turn_end=ended,
             text=said,
-            facts={"heard": heard} if heard else {},
+            heard=heard,
         )
 
     # -- the engine thread's side -----------------------------------------------------------

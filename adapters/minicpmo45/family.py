@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.minicpmo45.folder import check_folder, weight_bytes
 from adapters.token2wav.family import SYNTHETIC
+from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,6 +66,7 @@ class MiniCPMO45Family:
         {"device", "model_size", "checkpoint", "voice", "arm", "audit", "seed",
          "trust_checkpoint_code"}
     )  # fmt: skip
+    full_duplex: bool = True
 
     def check(self, request: ModelRequest) -> None:
         """Folder, consent and decoder request (torch-free)."""
@@ -122,12 +124,13 @@ class MiniCPMO45Family:
                 "decoder_weights": str(decoder.checkpoint or "seeded random"),
                 "voice_frames": speech.voice.frames,
                 "envelope": decoder.envelope,
-                "switchable_arms": _switchable(decoder.envelope),
+                "switchable_arms": [str(arm) for arm in switchable_arms(decoder.envelope)],
                 "memory": memory,
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
             audit=audit,
             has_text=True,
+            switchable_arms=switchable_arms(decoder.envelope),
         )
 
     # -- internals ---------------------------------------------------------------------------
@@ -143,28 +146,55 @@ class MiniCPMO45Family:
             envelope=request.envelope and not request.arm.state_rule,
         )
 
-    def _check_memory(
-        self, request: ModelRequest, decoder: ModelRequest, folder: Any
-    ) -> dict[str, Any]:
-        from adapters.minicpmo45.loader import HEADROOM_BYTES, check_memory
+    def footprint(self, request: ModelRequest) -> Footprint:
+        """The checkpoint folder and the GPU memory ``load`` checks for (at full size)."""
+        packages = ("transformers",)
+        try:
+            folder = check_folder(request.checkpoint) if request.checkpoint is not None else None
+        except FamilyError:
+            folder = None
+        full = dataclasses.replace(request, model_size="full")
+        decoder = self._decoder_request(full) if folder is not None else None
+        llm, decoder_bytes, headroom = self._memory(full, decoder, folder)
+        parts = f"{gib(decoder_bytes)} our Token2Wav under {request.arm}, {gib(headroom)} headroom"
+        if folder is None:
+            return Footprint((), f"a CUDA GPU for its weights in bf16, {parts}", packages)
+        needed = llm + decoder_bytes + headroom
+        needs = f"a CUDA GPU with {gib(needed)}: {gib(llm)} weights in bf16, {parts}"
+        return Footprint((folder.path,), needs, packages)
+
+    def _memory(
+        self, request: ModelRequest, decoder: ModelRequest | None, folder: Any
+    ) -> tuple[int, int, int]:
+        """(LLM weights without vision, our Token2Wav with its state, headroom) in bytes."""
+        from adapters.minicpmo45.loader import HEADROOM_BYTES
         from engine.declaration_io import load_declaration
         from engine.plan import make_plan
 
-        llm = weight_bytes(folder)
-        flow = _file_bytes(decoder.checkpoint) if decoder.checkpoint is not None else 0
+        llm = weight_bytes(folder) if folder is not None else 0
+        flow = 0
+        if decoder is not None and decoder.checkpoint is not None:
+            flow = _file_bytes(decoder.checkpoint)
         state = make_plan(load_declaration(self.declaration)).price(request.arm)
-        decoder_bytes = flow + state.total_bytes
-        needed = llm + decoder_bytes + HEADROOM_BYTES
-        gib = float(1 << 30)
+        return llm, flow + state.total_bytes, HEADROOM_BYTES
+
+    def _check_memory(
+        self, request: ModelRequest, decoder: ModelRequest, folder: Any
+    ) -> dict[str, Any]:
+        from adapters.minicpmo45.loader import check_memory
+
+        llm, decoder_bytes, headroom = self._memory(request, decoder, folder)
+        needed = llm + decoder_bytes + headroom
         parts = (
-            f"{llm / gib:.1f} GiB weights in bf16 without vision, {decoder_bytes / gib:.1f} GiB "
-            f"our Token2Wav under {request.arm}, {HEADROOM_BYTES / gib:.0f} GiB headroom"
+            f"{gib(llm)} weights in bf16 without vision, {gib(decoder_bytes)} our Token2Wav "
+            f"under {request.arm}, {gib(headroom)} headroom"
         )
         seen = check_memory(request.device, needed, parts)
+        unit = float(1 << 30)
         return {
-            "weights_gib": round(llm / gib, 2),
-            "token2wav_gib": round(decoder_bytes / gib, 2),
-            "needed_gib": round(needed / gib, 2),
+            "weights_gib": round(llm / unit, 2),
+            "token2wav_gib": round(decoder_bytes / unit, 2),
+            "needed_gib": round(needed / unit, 2),
             **seen,
         }
 
@@ -204,12 +234,6 @@ def _held(device: str) -> dict[str, float]:
         "held_allocated_gib": round(torch.cuda.memory_allocated(device) / gib, 2),
         "held_reserved_gib": round(torch.cuda.memory_reserved(device) / gib, 2),
     }
-
-
-def _switchable(envelope: bool) -> list[str]:
-    from engine.arms import Arm
-
-    return [str(arm) for arm in Arm if envelope or arm.state_rule]
 
 
 def _file_bytes(token2wav: Path) -> int:

@@ -20,12 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from adapters.moshi.config import CheckpointError, FolderFiles, MoshiSize
+from adapters.moshi.config import WORKSPACE_BYTES, CheckpointError, FolderFiles, MoshiSize
 from adapters.weights import randomize_
 
 __all__ = ["MoshiModels", "Vocabulary", "build_models", "memory_needed"]
-
-WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
 
 
 class Vocabulary:
@@ -143,8 +141,7 @@ def memory_needed(size: MoshiSize, lm_kwargs: dict[str, Any], dtype: torch.dtype
         lm = LMModel(device="meta", dtype=dtype, **lm_kwargs)
     itemsize = torch.empty((), dtype=dtype).element_size()
     weights = sum(p.numel() for p in lm.parameters()) * itemsize
-    p = size.point
-    ring = p["layers"] * 2 * p["heads"] * p["main_capacity"] * p["head_dim"] * itemsize
+    ring = size.ring_bytes(itemsize)
     mimi = 100 * 1024 * 1024 if size.name == "full" else 0  # 79 M float32 parameters
     return weights + ring + mimi + WORKSPACE_BYTES
 

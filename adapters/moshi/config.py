@@ -52,6 +52,7 @@ CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
 WEIGHT_SUFFIXES = (".safetensors", ".sft")
 MAX_HEADER = 100_000_000  # bytes: the safetensors library refuses larger headers too
+WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
 
 #: The small size's operating point: the declared one with fewer, narrower layers.
 SMALL_POINT = {
@@ -205,6 +206,11 @@ class MoshiSize:
 
     name: str
     point: dict[str, int]  # the declaration's operating point at this size
+
+    def ring_bytes(self, itemsize: int) -> int:
+        """The temporal transformer's key/value rings, as the state rule sizes them."""
+        p = self.point
+        return p["layers"] * 2 * p["heads"] * p["main_capacity"] * p["head_dim"] * itemsize
 
     def lm_kwargs(
         self, base: dict[str, Any], folder_kwargs: dict[str, Any] | None

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class MoshiFamily:
     title: str = "Moshi (Kyutai): 7B speech-text model + Mimi codec"
     declaration: str = "moshi"
     reads: frozenset[str] = frozenset({"device", "model_size", "checkpoint", "arm", "seed"})
+    full_duplex: bool = True
 
     def check(self, request: ModelRequest) -> None:
         """Folder and files only (torch-free)."""
@@ -77,6 +78,27 @@ class MoshiFamily:
                 f"{request.device}): set the model size to full",
                 "model_size",
             )
+
+    def footprint(self, request: ModelRequest) -> Footprint:
+        """The checkpoint folder; the GPU memory of the full size from its declaration (rings),
+        its files (weights as stored, bf16) and the workspace."""
+        from adapters.moshi.config import WORKSPACE_BYTES, size_for
+        from engine.declaration_io import load_declaration
+
+        rings = size_for("full", load_declaration(self.declaration)).ring_bytes(2)
+        parts = f"{gib(rings)} rings (its declaration) and {gib(WORKSPACE_BYTES)} workspace"
+        folder = request.checkpoint
+        try:
+            files = check_folder(folder) if folder is not None else None
+        except CheckpointError:
+            files = None
+        if files is None:
+            needs = f"a CUDA GPU for its weights in bf16, {parts}"
+            return Footprint((), needs, ("moshi",))
+        weights = files.moshi.stat().st_size + files.mimi.stat().st_size
+        total = weights + rings + WORKSPACE_BYTES
+        needs = f"a CUDA GPU with {gib(total)}: {gib(weights)} weights, {parts}"
+        return Footprint((files.folder,), needs, ("moshi",))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         import torch

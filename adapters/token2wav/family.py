@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.token2wav.config import CheckpointError, check_folder
+from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
     from adapters.token2wav.binding import FlowBinding
@@ -84,6 +85,7 @@ class Token2WavFamily:
     reads: frozenset[str] = frozenset(
         {"device", "model_size", "checkpoint", "voice", "voice_frames", "arm", "audit", "seed"}
     )
+    full_duplex: bool = True
 
     def check(self, request: ModelRequest) -> None:
         """Folder and files only (torch-free)."""
@@ -112,6 +114,26 @@ class Token2WavFamily:
                 "choose S, SR or SRc, or load the envelope",
                 "arm",
             )
+
+    def footprint(self, request: ModelRequest) -> Footprint:
+        """The token2wav folder, its weights, and the state its declaration's plan prices."""
+        from engine.declaration_io import load_declaration
+        from engine.plan import make_plan
+
+        state = make_plan(load_declaration(self.declaration)).price(request.arm).total_bytes
+        folder = request.checkpoint
+        if folder is None or not folder.is_dir():
+            needs = (
+                f"{gib(state)} of state under {request.arm} (its declaration's plan) besides "
+                "its weights; seeded random weights run small on the CPU, full size on a GPU"
+            )
+            return Footprint((), needs)
+        weights = sum(f.stat().st_size for f in folder.glob("*.pt") if f.is_file())
+        needs = (
+            f"{gib(weights + state)} on a GPU for real time: {gib(weights)} weights, "
+            f"{gib(state)} of state under {request.arm} (its declaration's plan)"
+        )
+        return Footprint((folder,), needs)
 
     def _check_voice_frames(self, frames: int) -> None:
         """A random voice's prompt must fit every region's stock envelope (the declaration's:
@@ -164,6 +186,7 @@ class Token2WavFamily:
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
             audit=audit,
+            switchable_arms=switchable_arms(request.envelope),
         )
 
     def load_speech(self, request: ModelRequest, progress: Progress) -> SpeechModel:

@@ -9,6 +9,11 @@ then an interruption), paced in real time like a microphone. The model is the sm
 the CPU with seeded random weights, so the banner says the audio is not speech — as it should.
 The run switches the arm to eager and back to SRc so the charts show both switches, and shoots
 while the assistant is speaking. Settings, traces and geometry go to a temporary folder.
+
+The README's picture of a conversation with its transcript (``docs/screenshot-transcript.png``)
+is the basic voice on the shipped demo talk, shot once both sides are in the transcript:
+
+    scripts/screenshot.sh docs/screenshot-transcript.png -- --family basic --demo-talk --transcript
 """
 
 from __future__ import annotations
@@ -65,11 +70,31 @@ def spoken_conversation(out: Path, script: tuple[str | float, ...] = SCRIPT) -> 
     return out
 
 
+def _talk(out: Path, demo: bool) -> Path:
+    """The user's side: the shipped demo talk (its first question and the pause after it), or
+    espeak-ng's."""
+    if demo:
+        from app.demo import write_talk
+
+        return write_talk(out, 14)
+    return spoken_conversation(out)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app.gui.screenshot", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
     parser.add_argument("--input-wav", type=Path, help="the user's side (default: espeak-ng)")
     parser.add_argument("--periods", type=int, default=24, help="periods before the shot")
+    parser.add_argument(
+        "--family", default="synthetic", help="model family (default: the small CPU Token2Wav)"
+    )
+    parser.add_argument(
+        "--demo-talk", action="store_true", help="the user's side: the shipped demo talk"
+    )
+    parser.add_argument(
+        "--transcript", action="store_true",
+        help="no arm switches; shoot once the transcript shows both sides (a recognizer's family)",
+    )  # fmt: skip
     parser.add_argument("--size", default="1600x980", help="window size WIDTHxHEIGHT")
     parser.add_argument(
         "--threads", type=int, default=1,
@@ -87,13 +112,20 @@ def _wait(seconds: float) -> None:
     loop.exec()
 
 
-def _converse(window: MainWindow, periods: int) -> None:
-    """Run the conversation; switch arms on the way; return once the assistant speaks."""
+def _both_sides(window: MainWindow) -> bool:
+    """The transcript holds the user's words and the assistant's answer."""
+    text = window.transcript.text()
+    return "] You: " in text and "] Assistant: " in text
+
+
+def _converse(window: MainWindow, periods: int, transcript: bool = False) -> None:
+    """Run the conversation; switch arms on the way (not for ``transcript``: the shot waits for
+    both sides of the transcript instead); return once the assistant speaks."""
     from engine.arms import Arm
 
     window.start_conversation()
     deadline = time.monotonic() + 120 + periods * 2
-    switches = {periods // 3: Arm.EAGER, (2 * periods) // 3: Arm.SRC}
+    switches = {} if transcript else {periods // 3: Arm.EAGER, (2 * periods) // 3: Arm.SRC}
     while time.monotonic() < deadline:
         _wait(0.1)
         done = len(window.panel.history)
@@ -101,7 +133,9 @@ def _converse(window: MainWindow, periods: int) -> None:
             window.switch_arm(switches.pop(done))
         last = window.panel.history.last
         if done >= periods and last is not None and last.phase == "speak":
-            _wait(0.3)  # let the meters and the lamp settle on this period
+            if transcript and not _both_sides(window):
+                continue
+            _wait(5.0 if transcript else 0.3)  # more of the answer; the meters settle
             return
         if window.controller.state.value == "idle" and done:
             return  # the input ended first: shoot what there is
@@ -122,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dc-shot-") as folder:
         tmp = Path(folder)
         os.environ["XDG_DATA_HOME"] = str(tmp / "data")
-        wav = args.input_wav or spoken_conversation(tmp / "talk.wav")
-        settings_file = save_settings(Settings(model_size="small"), tmp / "settings.yaml")
+        wav = args.input_wav or _talk(tmp / "talk.wav", args.demo_talk)
+        settings_file = save_settings(
+            Settings(family=args.family, model_size="small"), tmp / "settings.yaml"
+        )
         create_application([])  # PySide6 keeps the QApplication alive for the process
         route = AudioRoute(input_wav=wav, realtime=True, output="none")
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
@@ -131,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         window.fit_screen()  # at 150-200% scaling the asked size may not fit the screen
         window.show()
         _wait(0.5)
-        _converse(window, args.periods)
+        _converse(window, args.periods, args.transcript)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         image = window.grab()
         if not image.save(str(args.out)):

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from engine.arms import Arm
 
-__all__ = ["ABOUT_HTML", "ARM_WORDS", "CPU_NOTE", "HELP_HTML", "REASON_WORDS", "reason_words"]
+__all__ = [
+    "ABOUT_HTML",
+    "ARM_WORDS",
+    "CASCADE_NOTE",
+    "CPU_NOTE",
+    "HELP_HTML",
+    "NO_ARMS",
+    "REASON_WORDS",
+    "reason_words",
+]
 
 ARM_WORDS = {
     Arm.EAGER: "the stock way: memory as the model allocates it, every step launched",
@@ -37,6 +46,14 @@ def reason_words(reason: str) -> str:
     return REASON_WORDS.get(reason, reason.replace("_", " "))
 
 
+NO_ARMS = "none: this model replays nothing, so arms do not apply"
+
+CASCADE_NOTE = (
+    "Basic voice: a cascade (speech recognizer → small language model → voice) that answers "
+    "when you pause, not a full-duplex model. For the real thing, download Moshi or "
+    "MiniCPM-o 4.5 in Settings → Models (they need a GPU)."
+)
+
 CPU_NOTE = (
     "On the CPU no graphs are launched: the engine still decides, call by call, what it would "
     "replay and counts it, but runs every call directly. The replay and capture counts show "
@@ -55,8 +72,11 @@ interrupt it. Behind it runs the DuplexCadence engine, which the charts let you 
 Speak over it to interrupt. <b>Esc</b> or F5 stops. With push-to-talk (Settings) the model hears
 you only while you hold <b>Space</b> or the Talk button; the microphone meter is then empty
 while nothing is held, because the model hears nothing.</p>
-<p>No checkpoint chosen? The model then has <b>random weights</b>: it runs exactly like the real
-one but its "speech" is noise, played 20 dB quieter. Choose a checkpoint in Settings for speech.
+<p>No model downloaded? The <b>basic voice</b> answers: a speech recognizer, a small language
+model and a voice in a row, on the CPU. It waits for you to pause, so it is not full duplex;
+Settings &rarr; Models downloads Moshi or MiniCPM-o 4.5 for the real thing. A full-duplex
+family without its checkpoint has <b>random weights</b>: it runs exactly like the real one but
+its "speech" is noise, played 20 dB quieter. Choose a checkpoint in Settings for speech.
 File &rarr; <i>Use a WAV file as the microphone</i> plays a recording to the model instead of
 your voice.</p>
 

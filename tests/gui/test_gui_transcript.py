@@ -1,5 +1,6 @@
-"""The transcript: fed live from each period's ``text``, kept per session, written beside the
-trace as ``<trace>.transcript.txt`` and exported with the rest."""
+"""The transcript: both sides, fed live from each period's ``heard`` (the user, where the family
+runs a recognizer) and ``text`` (the assistant), kept per session, written beside the trace as
+``<trace>.transcript.txt`` and exported with the rest."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ SESSION_MS = 60_000
 
 
 class _Said:
-    """A period's outcome with the ``text`` a family with text gives (the lead's session will)."""
+    """A period's outcome with the ``text`` and ``heard`` a family with a recognizer gives."""
 
-    def __init__(self, outcome: Any, text: str) -> None:
-        self._outcome, self.text = outcome, text
+    def __init__(self, outcome: Any, text: str, heard: str) -> None:
+        self._outcome, self.text, self.heard = outcome, text, heard
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._outcome, name)
@@ -33,7 +34,8 @@ class _Said:
 
 @pytest.fixture
 def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every second period the assistant says a word: `` w<index>`` (its own leading space)."""
+    """Every second period the assistant says a word: `` w<index>`` (its own leading space); in
+    period 1 the user's question is heard."""
     from app.session import Session
 
     step = Session.step
@@ -41,7 +43,8 @@ def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
     def said(self: Session, mic: Any) -> Any:
         outcome = step(self, mic)
         index = outcome.record.index
-        return _Said(outcome, f" w{index}" if index % 2 == 0 else "")
+        heard = "how are you" if index == 1 else ""
+        return _Said(outcome, f" w{index}" if index % 2 == 0 else "", heard)
 
     monkeypatch.setattr(Session, "step", said)
 
@@ -54,6 +57,12 @@ def test_transcript_lines_join_one_speakers_pieces() -> None:
     transcript.add(2.5, "Assistant", "")
     transcript.add(63.0, "You", "hi")
     assert transcript.text() == "[00:01.0] Assistant: hello there\n[01:03.0] You: hi\n"
+    transcript.add_period(64.0, "how are you", "")  # a second utterance: its own words, spaced
+    transcript.add_period(65.0, "doing", " Fine, thanks.")  # the user's side first
+    assert transcript.lines()[-2].text == "hi how are you doing"
+    assert transcript.text().endswith(
+        "] You: hi how are you doing\n[01:05.0] Assistant: Fine, thanks.\n"
+    )
     assert transcript_path(Path("/x/session-1.jsonl")) == Path("/x/session-1.transcript.txt")
 
 
@@ -65,7 +74,10 @@ def test_the_transcript_shows_live_is_kept_per_session_and_is_written_and_export
         window.start_conversation()
     qtbot.waitUntil(lambda: "w4" in window.transcript.text(), timeout=SESSION_MS)
     assert window.transcript.text().startswith("[00:00.")
-    assert "] Assistant: w0 w2 w4" in window.transcript.text()
+    lines = window.transcript.text().splitlines()
+    assert [line.split("] ")[1] for line in lines[:3]] == [
+        "Assistant: w0", "You: how are you", "Assistant: w2 w4"
+    ]  # fmt: skip
     with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
         window.stop_conversation()
     shown = window.transcript.text()
@@ -97,7 +109,7 @@ def test_a_model_without_text_offers_no_transcript_export(
     make_window: Callable[..., MainWindow], qtbot: QtBot
 ) -> None:
     window = make_window()
-    assert "speaks without text" in window.transcript.view.placeholderText()
+    assert "without text" in window.transcript.view.placeholderText()
     with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
         window.start_conversation()
     qtbot.waitUntil(lambda: len(window.panel.history) >= 2, timeout=SESSION_MS)

@@ -157,9 +157,11 @@ def test_plan_command_stays_bounded_on_hostile_declarations(tmp_path: Path) -> N
 
 
 def test_a_voice_longer_than_the_declared_envelope_is_refused_before_loading() -> None:
-    check_settings(Settings(voice_frames=844, device="cpu"))  # the longest that fits
+    check_settings(
+        Settings(family="synthetic", voice_frames=844, device="cpu")
+    )  # the longest that fits
     with pytest.raises(SettingsError, match=r"voice_frames = 1000000000: region estimator_att"):
-        check_settings(Settings(voice_frames=10**9, device="cpu"))
+        check_settings(Settings(family="synthetic", voice_frames=10**9, device="cpu"))
 
 
 def test_a_non_finite_trace_value_is_named() -> None:

@@ -32,7 +32,7 @@ def test_bad_arguments_are_one_line(tmp_path: Path, argv: list[str], needles: li
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_demo_without_cuda_is_one_line(tmp_path: Path) -> None:
-    result = cli("demo", "--device", "cuda", "--out", str(tmp_path), "--seconds", "2")
+    result = cli("demo", "--family", "synthetic", "--device", "cuda", "--out", str(tmp_path))
     one_line_error(result, "cuda")
 
 

@@ -27,7 +27,8 @@ def folder(tmp_path: Path) -> Path:
 
 
 def converse(folder: Path, *argv: str) -> list[str]:
-    return ["converse", "--headless", "--input", str(folder / "talk.wav"), "--device", "cpu",
+    return ["converse", "--headless", "--family", "synthetic", "--device", "cpu", "--input",
+            str(folder / "talk.wav"),
             "--model-size", "small", "--quiet", *argv]  # fmt: skip
 
 
@@ -47,7 +48,9 @@ def test_converse_refuses_before_loading(
 ) -> None:
     before = snapshot(folder)
     paths = {"output": folder / "o.wav", **{k: folder / v for k, v in changes.items()}}
-    request = ConverseRequest(settings=Settings(), input=folder / "talk.wav", **paths)
+    request = ConverseRequest(
+        settings=Settings(family="synthetic"), input=folder / "talk.wav", **paths
+    )
     with pytest.raises(ConverseError) as info:
         check_request(request)
     assert all(needle in str(info.value) for needle in needles), info.value
@@ -84,6 +87,6 @@ def test_synth_refuses_an_existing_wav_without_force(folder: Path) -> None:
 def test_a_broken_settings_file_is_backed_up_before_it_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "settings.yaml"
     path.write_text("arm: [unclosed\n")
-    save_settings(Settings(seed=3), path)
+    save_settings(Settings(family="synthetic", seed=3), path)
     assert (tmp_path / "settings.yaml.bak").read_text() == "arm: [unclosed\n"
     assert load_settings(path).seed == 3

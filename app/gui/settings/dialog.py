@@ -153,8 +153,9 @@ class SettingsDialog(QDialog):
         )  # fmt: skip
         browse.clicked.connect(self._browse_checkpoint)
         fetch = explain(
-            QPushButton("Download…"), "download a checkpoint",
-            "Open the Models page: download a public checkpoint (only when you ask).",
+            QPushButton("Models…"), "models",
+            "Open the Models page: every model family, installed or not, where and what it "
+            "needs, and downloads of Moshi and MiniCPM-o 4.5 (only when you ask).",
         )  # fmt: skip
         fetch.clicked.connect(self.open_models)
         self.voice = explain(
@@ -261,7 +262,10 @@ class SettingsDialog(QDialog):
 
     def open_models(self) -> ModelsDialog:
         """The Models page; a finished download fills the checkpoint folder."""
-        dialog = ModelsDialog(self.models_endpoint, self)
+        dialog = ModelsDialog(self.models_endpoint, self, settings=self.settings())
+        dialog.family_chosen.connect(
+            lambda key: self.family.setCurrentIndex(self.family.findData(key))
+        )
         dialog.chosen.connect(self.checkpoint.setText)
         dialog.open()
         return dialog

@@ -20,6 +20,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal
 
+from adapters.moshi.config import MIMI_FILE, MOSHI_FILE, TOKENIZER_FILE
+
 __all__ = ["PUBLIC_CHECKPOINTS", "CheckpointDownload", "PublicCheckpoint"]
 
 
@@ -31,7 +33,13 @@ class PublicCheckpoint:
     repo_id: str
     patterns: tuple[str, ...]  # allow_patterns: only these files come down
     subfolder: str  # the checkpoint folder inside the download (Settings points at it)
-    needs: str  # what it takes to run, in words
+    needs: str  # what comes down, in words
+    family: str  # the family (adapters.registry key) that loads it
+
+    @property
+    def folder_name(self) -> str:
+        """The download's folder inside the models folder: the repository's name."""
+        return self.repo_id.split("/")[-1]
 
 
 PUBLIC_CHECKPOINTS = (
@@ -39,6 +47,16 @@ PUBLIC_CHECKPOINTS = (
         "MiniCPM-o 4.5 voice (Token2Wav)", "openbmb/MiniCPM-o-4_5",
         ("assets/token2wav/*",), "assets/token2wav",
         "its flow and vocoder (flow.yaml, flow.pt, hift_original.pt); real time needs a GPU",
+        "synthetic",
+    ),
+    PublicCheckpoint(
+        "Moshi (Kyutai) 7B", "kyutai/moshiko-pytorch-bf16",
+        (MOSHI_FILE, MIMI_FILE, TOKENIZER_FILE), "",
+        "the 7B in bf16, its Mimi codec and its text tokenizer", "moshi",
+    ),
+    PublicCheckpoint(
+        "MiniCPM-o 4.5, the whole model", "openbmb/MiniCPM-o-4_5", ("*",), "",
+        "the whole checkpoint: its weights, its own code and the Token2Wav voice", "minicpmo45",
     ),
 )  # fmt: skip
 

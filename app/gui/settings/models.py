@@ -1,8 +1,11 @@
-"""The Models page (Settings > Checkpoint folder > Download…): fetch a public checkpoint.
+"""The Models page (Settings > Checkpoint folder > Models…): every family, and downloads.
 
-Lists :data:`~app.gui.settings.download.PUBLIC_CHECKPOINTS` with what each needs, asks where
-to put it, and downloads only when the user presses Download, with a progress bar and Cancel.
-A finished download hands its checkpoint folder back (``chosen``) for the settings' field.
+A table lists every family of the registry (:mod:`app.gui.settings.families`): installed or not,
+where, its size on disk and what it needs. Below it, a public checkpoint
+(:data:`~app.gui.settings.download.PUBLIC_CHECKPOINTS`: Moshi, MiniCPM-o 4.5, its voice) and a
+folder; nothing is downloaded until the user presses Download (in a row, or below), with a
+progress bar and Cancel. A finished download hands back its family (``family_chosen``) and its
+checkpoint folder (``chosen``) for the settings' fields, and the table is listed again.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from PySide6.QtWidgets import (
 
 from app.gui import theme
 from app.gui.a11y import explain
-from app.gui.settings.download import PUBLIC_CHECKPOINTS, CheckpointDownload
+from app.gui.settings.download import PUBLIC_CHECKPOINTS, CheckpointDownload, PublicCheckpoint
+from app.gui.settings.families import FamiliesTable
+from app.settings import Settings
 
 __all__ = ["ModelsDialog", "default_models_dir"]
 
@@ -39,14 +44,23 @@ def default_models_dir() -> Path:
 
 
 class ModelsDialog(QDialog):
-    """Choose a public checkpoint and a folder, download it; ``chosen(str)`` on success."""
+    """Every family; choose a public checkpoint and a folder, download it; ``family_chosen(str)``
+    then ``chosen(str)`` on success. ``settings``: what the table says is configured."""
 
     chosen = Signal(str)
+    family_chosen = Signal(str)
 
-    def __init__(self, endpoint: str | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        parent: QWidget | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.setMinimumWidth(560)
+        self.setMinimumWidth(980)
+        self.table = FamiliesTable(settings or Settings())
+        self.table.download.connect(self._download)
         self.endpoint = endpoint
         self.job: CheckpointDownload | None = None
         self.model = explain(QComboBox(), "checkpoint to download", "A public checkpoint.")
@@ -60,6 +74,7 @@ class ModelsDialog(QDialog):
             QLineEdit(str(default_models_dir())), "download folder",
             "Where the checkpoint goes; a download stopped halfway keeps its whole files here.",
         )  # fmt: skip
+        self.folder.editingFinished.connect(self.refresh)
         browse = explain(
             QPushButton("Browse…"), "browse for the download folder", "Choose the folder."
         )
@@ -94,12 +109,26 @@ class ModelsDialog(QDialog):
         actions.addWidget(self.cancel)
         actions.addStretch(1)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
         layout.addLayout(form)
         layout.addWidget(self.bar)
         layout.addWidget(self.status)
         layout.addLayout(actions)
         layout.addWidget(buttons)
         self._show_needs()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """List the families again, against the folder now in the field."""
+        self.table.refresh(self._models_dir())
+
+    def _models_dir(self) -> Path:
+        return Path(self.folder.text().strip()).expanduser()
+
+    def _download(self, checkpoint: PublicCheckpoint) -> None:
+        """A row's Download: that checkpoint, into the folder below."""
+        self.model.setCurrentIndex(PUBLIC_CHECKPOINTS.index(checkpoint))
+        self.start()
 
     def _show_needs(self) -> None:
         checkpoint = self.model.currentData()
@@ -115,7 +144,7 @@ class ModelsDialog(QDialog):
         if self.job is not None:
             return
         checkpoint = self.model.currentData()
-        folder = Path(self.folder.text().strip()).expanduser() / checkpoint.repo_id.split("/")[-1]
+        folder = self._models_dir() / checkpoint.folder_name
         job = CheckpointDownload(checkpoint, folder, self.endpoint, parent=self)
         job.progress.connect(self._progress)
         job.done.connect(self._done)
@@ -124,6 +153,7 @@ class ModelsDialog(QDialog):
         job.finished.connect(self._finished)
         self.job = job
         self.download.setEnabled(False)
+        self.table.set_busy(True)
         self.cancel.setEnabled(True)
         self.bar.setRange(0, 0)
         self.bar.show()
@@ -146,7 +176,10 @@ class ModelsDialog(QDialog):
         self.bar.setRange(0, 1000)
         self.bar.setValue(1000)
         self.status.setText(f"Downloaded: {folder} is the checkpoint folder now.")
+        if self.job is not None:
+            self.family_chosen.emit(self.job.checkpoint.family)
         self.chosen.emit(folder)
+        self.refresh()
 
     def _failed(self, message: str) -> None:
         self.status.setStyleSheet(f"color: {theme.ERROR};")
@@ -158,6 +191,7 @@ class ModelsDialog(QDialog):
     def _finished(self) -> None:
         self.job = None
         self.download.setEnabled(True)
+        self.table.set_busy(False)
         self.cancel.setEnabled(False)
 
     def reject(self) -> None:

@@ -1,4 +1,5 @@
-"""Strips across the top of the window: the synthetic-weights warning and error messages.
+"""Strips across the top of the window: the synthetic-weights warning, the basic voice's note
+and error messages.
 
 The synthetic banner must be impossible to miss: with seeded random weights the assistant's
 audio is not speech, and a user who does not know that will think the app is broken.
@@ -11,10 +12,20 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
+from adapters.registry import family
 from app.gui import theme
 from app.gui.a11y import explain
+from app.gui.words import CASCADE_NOTE
+from app.settings import Settings
 
-__all__ = ["SYNTHETIC_TEXT", "ErrorStrip", "SyntheticBanner"]
+__all__ = [
+    "SYNTHETIC_TEXT",
+    "CascadeNote",
+    "ErrorStrip",
+    "SyntheticBanner",
+    "model_line",
+    "random_weights",
+]
 
 SYNTHETIC_TEXT = (
     "Random weights: the audio is not speech; pick a checkpoint in Settings for speech."
@@ -44,6 +55,38 @@ class SyntheticBanner(QFrame):
         layout.addWidget(icon)
         layout.addWidget(self.label, 1)
         layout.addWidget(button)
+
+
+def random_weights(settings: Settings) -> bool:
+    """Whether ``settings`` run seeded random weights: a family that reads a checkpoint has
+    none (the basic voice reads none: it ships its own)."""
+    return settings.checkpoint is None and "checkpoint" in family(settings.family).reads
+
+
+def model_line(settings: Settings) -> str:
+    """The model the next Start loads, for the session card before it runs."""
+    face = family(settings.family)
+    if "checkpoint" not in face.reads:
+        return face.title
+    weights = "checkpoint" if settings.checkpoint else "seeded random weights"
+    return f"{settings.family} ({settings.model_size}, {weights})"
+
+
+class CascadeNote(QFrame):
+    """One plain line while the chosen family is a cascade, not a full-duplex model."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("card")
+        self.label = explain(QLabel(CASCADE_NOTE), "about the basic voice", CASCADE_NOTE)
+        self.label.setObjectName("hint")
+        self.label.setWordWrap(True)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(12, 6, 8, 6)
+        layout.addWidget(self.label, 1)
+
+    def show_for(self, settings: Settings) -> None:
+        self.setVisible(not family(settings.family).full_duplex)
 
 
 class ErrorStrip(QFrame):

@@ -151,8 +151,9 @@ class TranscriptCard(QFrame):
     """The conversation's transcript, live: a line per turn, kept until the next session."""
 
     PLACEHOLDER = (
-        "What the assistant says appears here, for models that produce text. This voice "
-        "model speaks without text, so it stays empty."
+        "What you and the assistant say appears here, for models that produce text (yours "
+        "where the model runs a speech recognizer). A model that speaks without text leaves "
+        "it empty."
     )
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -173,11 +174,11 @@ class TranscriptCard(QFrame):
         layout.addWidget(card_title("Transcript"))
         layout.addWidget(self.view, 1)
 
-    def add(self, t_s: float, speaker: str, text: str) -> None:
-        """Add what ``speaker`` said at ``t_s`` (joined to their last line if theirs)."""
-        if not text.strip():
+    def add_period(self, t_s: float, heard: str, said: str) -> None:
+        """Add one period's two sides (``Transcript.add_period``): "You: …", "Assistant: …"."""
+        if not heard.strip() and not said.strip():
             return
-        self.transcript.add(t_s, speaker, text)
+        self.transcript.add_period(t_s, heard, said)
         self.view.setPlainText(self.transcript.text())
         bar = self.view.verticalScrollBar()
         bar.setValue(bar.maximum())

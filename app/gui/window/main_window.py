@@ -35,7 +35,13 @@ from app.gui.export.flow import ExportFlow
 from app.gui.live.panel import LivePanel
 from app.gui.probe import LatencyProbe
 from app.gui.settings.dialog import SettingsDialog
-from app.gui.window.banners import ErrorStrip, SyntheticBanner
+from app.gui.window.banners import (
+    CascadeNote,
+    ErrorStrip,
+    SyntheticBanner,
+    model_line,
+    random_weights,
+)
 from app.gui.window.cards import ConversationCard, SessionCard, TranscriptCard
 from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
@@ -43,7 +49,14 @@ from app.gui.words import ABOUT_HTML, CPU_NOTE
 from app.gui.worker.controller import EngineController, EngineState
 from app.gui.worker.routes import AudioRoute
 from app.gui.worker.worker import SessionInfo
-from app.settings import Settings, SettingsError, load_settings, save_settings, settings_path
+from app.settings import (
+    Settings,
+    SettingsError,
+    fall_back,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 from engine.arms import Arm
 
 __all__ = ["MainWindow"]
@@ -173,6 +186,7 @@ class MainWindow(QMainWindow):
         self.toolbar = MainToolBar(self.settings_action, self.export_action, self)
         self.addToolBar(self.toolbar)
         self.banner = SyntheticBanner()
+        self.cascade_note = CascadeNote()
         self.error_strip = ErrorStrip()
         self.conversation = ConversationCard()
         self.session_card = SessionCard()
@@ -206,6 +220,7 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(10, 8, 10, 8)
         layout.setSpacing(8)
         layout.addWidget(self.banner)
+        layout.addWidget(self.cascade_note)
         layout.addWidget(self.error_strip)
         layout.addWidget(self.splitter, 1)
         # Below the content's minimum the window scrolls instead of cutting or squashing it.
@@ -258,10 +273,14 @@ class MainWindow(QMainWindow):
 
     def _load_settings(self) -> Settings:
         try:
-            return load_settings(self.settings_file)
+            settings = load_settings(self.settings_file)
         except SettingsError as exc:
             self.error_strip.show_error(f"{exc} — using the defaults until you save Settings.")
-            return Settings()
+            settings = Settings()
+        settings, line = fall_back(settings)  # the basic voice's packages may be missing
+        if line is not None:
+            self.error_strip.show_error(line)
+        return settings
 
     def _flag_missing_checkpoint(self) -> None:
         """Say at launch, not at Start, that the configured checkpoint folder has gone."""
@@ -397,6 +416,7 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(True)
         self.conversation.indicator.set_state("running")
         self.banner.setVisible(info.weights_synthetic)
+        self.toolbar.offer_arms(tuple(Arm(a) for a in info.switchable_arms))
         card = self.session_card
         card.set("model", info.model_name)
         card.set("arm", info.arm)
@@ -426,7 +446,9 @@ class MainWindow(QMainWindow):
 
     def _show_idle(self, keep_session: bool = False) -> None:
         s = self.settings
-        self.banner.setVisible(s.checkpoint is None)
+        self.banner.setVisible(random_weights(s))
+        self.cascade_note.show_for(s)
+        self.toolbar.offer_arms(tuple(Arm))  # the next session starts with any arm
         self.toolbar.show_arm(s.arm)
         self.toolbar.talk_action.setVisible(s.push_to_talk)
         self._push_to_talk = s.push_to_talk
@@ -437,8 +459,7 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(has_session)  # nothing to export before a first session
         if keep_session:
             return
-        weights = "checkpoint" if s.checkpoint else "seeded random weights"
-        self.session_card.set("model", f"{s.family} ({s.model_size}, {weights})")
+        self.session_card.set("model", model_line(s))
         self.session_card.set("arm", str(s.arm))
         self.session_card.set("device", s.device)
         wav = self.route.input_wav
@@ -460,7 +481,7 @@ class MainWindow(QMainWindow):
             self.transcript.clear()
         self.panel.add(views)
         for view in views:
-            self.transcript.add(view.t_s, "Assistant", view.text)
+            self.transcript.add_period(view.t_s, view.heard, view.text)
         last = views[-1]
         self._last_phase = last.phase
         self.conversation.indicator.set_state(last.phase, last.voice_prob)

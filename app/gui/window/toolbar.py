@@ -7,12 +7,14 @@ shortcut is cleared whenever its text changes, and Start becomes Stop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QLabel, QPushButton, QSizePolicy, QToolBar, QWidget
 
 from app.gui.a11y import explain
-from app.gui.words import ARM_WORDS
+from app.gui.words import ARM_WORDS, NO_ARMS
 from engine.arms import Arm
 
 __all__ = ["MainToolBar"]
@@ -43,9 +45,7 @@ class MainToolBar(QToolBar):
         arm_label = QLabel(" Arm ")
         self.addWidget(arm_label)
         self.arm = QComboBox()
-        for arm in Arm:  # Qt keeps a StrEnum as a plain str: store values, read with Arm()
-            self.arm.addItem(f"{arm.value} — {ARM_WORDS[arm]}", arm.value)
-            self.arm.setItemData(self.arm.count() - 1, ARM_WORDS[arm], Qt.ItemDataRole.ToolTipRole)
+        self.offer_arms(tuple(Arm))
         # The box shows the start of the words; the open list shows them whole.
         self.arm.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
@@ -78,6 +78,22 @@ class MainToolBar(QToolBar):
         self.talk_button.released.connect(lambda: self.talk.emit(False))
         self.talk_action = self.addWidget(self.talk_button)
         self.talk_action.setVisible(False)
+
+    def offer_arms(self, arms: Sequence[Arm | str]) -> None:
+        """List only ``arms`` (each with its meaning), keeping the shown one where it is listed;
+        none: the box rests, saying that arms do not apply to this model."""
+        shown = self.arm.currentData()
+        self.arm.blockSignals(True)
+        self.arm.clear()
+        for arm in (Arm(a) for a in arms):  # Qt keeps a StrEnum as a plain str: store values
+            self.arm.addItem(f"{arm.value} — {ARM_WORDS[arm]}", arm.value)
+            self.arm.setItemData(self.arm.count() - 1, ARM_WORDS[arm], Qt.ItemDataRole.ToolTipRole)
+        if not arms:
+            self.arm.addItem(NO_ARMS, shown)
+        index = self.arm.findData(shown)
+        self.arm.setCurrentIndex(max(index, 0))
+        self.arm.setEnabled(bool(arms))
+        self.arm.blockSignals(False)
 
     def show_arm(self, arm: Arm) -> None:
         """Show ``arm`` without emitting ``arm_chosen``."""

@@ -53,7 +53,8 @@ class PeriodView:
     ``memory`` is bytes by key (CUDA allocated/reserved/peak or CPU rss/peak); ``arm_switch`` is
     the switch logged in this period (``"SRc -> eager"``) or None; ``barge_in`` says the user
     interrupted the assistant in this period; ``audit`` holds audit mode's running counts;
-    ``text`` is what the assistant said (``outcome.text`` where the family has text);
+    ``text`` is what the assistant said (``outcome.text`` where the family has text), ``heard``
+    what the user said (``outcome.heard`` where the family runs a recognizer);
     ``response_ms`` and ``dropouts`` are the engine thread's own measures (not the outcome's).
     """
 
@@ -72,6 +73,7 @@ class PeriodView:
     barge_in: bool = False
     audit: dict[str, Any] | None = None  # audit mode's counts (``loop["audit"]``), None when off
     text: str = ""  # what the assistant said in this period (families with text), else ""
+    heard: str = ""  # what the user said, as the family's recognizer heard it, else ""
     response_ms: float | None = None  # end of the user's speech to the assistant's first sound
     dropouts: int = 0  # audio dropouts since the session began (device underruns, overflows)
 
@@ -95,7 +97,8 @@ class PeriodView:
             arm_switch=str(switches[-1].get("detail") or record.arm) if switches else None,
             barge_in=bool(record.loop.get("barge_in", False)),
             audit=_audit_view(record.loop.get("audit")),
-            text=str(getattr(outcome, "text", "") or ""),  # families without text have none
+            text=outcome.text,
+            heard=outcome.heard,
         )
 
 

@@ -1,8 +1,10 @@
 """A conversation's transcript: who said what, when. No Qt.
 
-The engine thread adds each period's text (``PeriodView.text``: what the assistant said, for
-families with text); consecutive pieces from one speaker join into one line, so a model that
-emits a word every 80 ms still reads as sentences. Any thread may take :meth:`Transcript.text`
+The engine thread adds each period's two sides (:meth:`Transcript.add_period`): what the user
+said as the family's recognizer heard it (``PeriodView.heard``, "You") and what the assistant
+said (``PeriodView.text``, "Assistant"), each where the family has it; consecutive pieces from
+one speaker join into one line, so a model that emits a word every 80 ms still reads as
+sentences. Any thread may take :meth:`Transcript.text`
 (export) while the engine adds; the lines are copied under a lock.
 """
 
@@ -14,7 +16,9 @@ from pathlib import Path
 
 from engine.files import atomic_write
 
-__all__ = ["Line", "Transcript", "transcript_path"]
+__all__ = ["ASSISTANT", "USER", "Line", "Transcript", "transcript_path"]
+
+USER, ASSISTANT = "You", "Assistant"  # the speakers, as the transcript names them
 
 
 def transcript_path(trace: Path) -> Path:
@@ -25,7 +29,7 @@ def transcript_path(trace: Path) -> Path:
 @dataclass
 class Line:
     t_s: float  # session seconds where the line began
-    speaker: str  # "Assistant" or "You"
+    speaker: str  # ASSISTANT or USER
     text: str
 
     def render(self) -> str:
@@ -54,6 +58,13 @@ class Transcript:
                 last.text = f"{last.text}{piece}".rstrip()
             else:
                 self._lines.append(Line(t_s, speaker, piece.strip()))
+
+    def add_period(self, t_s: float, heard: str, said: str) -> None:
+        """One period's two sides: the user's words first (they were heard before the answer
+        they prompt), then the assistant's. A recognized utterance is whole: it starts a line
+        of its own (with a space, should the last line be the user's too)."""
+        self.add(t_s, USER, f" {heard.strip()}" if heard.strip() else "")
+        self.add(t_s, ASSISTANT, said)
 
     def lines(self) -> list[Line]:
         with self._lock:

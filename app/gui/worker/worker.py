@@ -65,6 +65,7 @@ class SessionInfo:
     input_label: str
     output_label: str
     trace: Path | None
+    switchable_arms: tuple[str, ...] = ()  # the arms it can switch to live (() : none apply)
 
 
 def _dropouts(audio: OpenedAudio) -> int:
@@ -265,7 +266,7 @@ class EngineThread(QThread):
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
-            self.transcript.add(view.t_s, "Assistant", view.text)
+            self.transcript.add_period(view.t_s, view.heard, view.text)
             audio.feed_levels(heard, played)
             self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
@@ -285,4 +286,5 @@ class EngineThread(QThread):
             input_label=audio.input_label,
             output_label=audio.output_label,
             trace=self._trace,
+            switchable_arms=tuple(str(arm) for arm in session.switchable_arms),
         )

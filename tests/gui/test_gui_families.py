@@ -1,0 +1,84 @@
+"""The Models page lists every family of the registry (installed or not, where, size on disk,
+what it needs, from the family's own footprint) and downloads Moshi from its row, through a
+loopback stand-in for the hub, into a folder that then passes Moshi's check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from adapters.moshi.config import MIMI_FILE, MOSHI_FILE, TOKENIZER_FILE
+from adapters.registry import family, family_keys
+from app.gui.settings.inventory import family_rows
+from app.settings import Settings
+from tests.default_family import basic_missing, basic_present
+from tests.gui.test_gui_models import _Hub
+
+if TYPE_CHECKING:
+    from app.gui.window.main_window import MainWindow
+
+pytestmark = pytest.mark.gui
+
+
+def test_every_family_is_listed_with_what_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    basic_present(monkeypatch)
+    rows = {row.key: row for row in family_rows(Settings(), tmp_path / "models")}
+    assert tuple(rows) == family_keys()
+    for key, row in rows.items():
+        assert row.title == family(key).title and row.needs  # the family's words, not ours
+    assert rows["basic"].installed and rows["basic"].status == "ready"
+    assert rows["basic"].size_bytes > 0 and rows["basic"].where
+    assert not rows["moshi"].installed and "rings (its declaration)" in rows["moshi"].needs
+    assert not rows["minicpmo45"].installed and "checkpoint folder" in rows["minicpmo45"].status
+    assert {k for k, row in rows.items() if row.download} == {"synthetic", "moshi", "minicpmo45"}
+    assert rows["moshi"].download and rows["moshi"].download.repo_id == (
+        "kyutai/moshiko-pytorch-bf16"
+    )
+    assert rows["minicpmo45"].download and rows["minicpmo45"].download.repo_id == (
+        "openbmb/MiniCPM-o-4_5"
+    )
+    basic_missing(monkeypatch)
+    missing = family_rows(Settings(), tmp_path / "models")[family_keys().index("basic")]
+    assert not missing.installed and "no_such_package_dc" in missing.status
+
+
+def test_moshi_downloads_from_its_row_and_becomes_the_family(
+    make_window: Callable[..., MainWindow],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    files = {MOSHI_FILE: b"m" * 30_000, MIMI_FILE: b"c" * 20_000, TOKENIZER_FILE: b"t" * 500}
+    hub = _Hub("kyutai/moshiko-pytorch-bf16", {**files, "README.md": b"not asked for"})
+    try:
+        window = make_window()
+        settings = window.open_settings()
+        settings.models_endpoint = hub.endpoint
+        page = settings.open_models()
+        page.folder.setText(str(tmp_path / "models"))
+        page.refresh()
+        assert page.table.rowCount() == len(family_keys())
+        assert not page.table.family_row("moshi").installed
+        with qtbot.waitSignal(page.chosen, timeout=60_000) as chosen:
+            page.table.buttons["moshi"].click()
+        folder = Path(chosen.args[0])
+        assert folder == tmp_path / "models" / "moshiko-pytorch-bf16"
+        assert sorted(p.name for p in folder.iterdir() if p.is_file()) == sorted(files)
+        assert settings.family.currentData() == "moshi"
+        assert settings.checkpoint.text() == str(folder)
+        moshi = page.table.family_row("moshi")
+        assert moshi.installed and moshi.where == (folder,) and moshi.size_bytes >= 50_500
+        assert "GiB weights" in moshi.needs
+        qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
+        page.reject()
+        settings.reject()
+    finally:
+        hub.server.shutdown()
