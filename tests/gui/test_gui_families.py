@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import torch
 from pytestqt.qtbot import QtBot
+from safetensors.torch import save
 
 from adapters.moshi.config import MIMI_FILE, MOSHI_FILE, TOKENIZER_FILE
 from adapters.registry import family, family_keys
@@ -56,7 +58,9 @@ def test_moshi_downloads_from_its_row_and_becomes_the_family(
 ) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    files = {MOSHI_FILE: b"m" * 30_000, MIMI_FILE: b"c" * 20_000, TOKENIZER_FILE: b"t" * 500}
+    weights = {MOSHI_FILE: 7_500, MIMI_FILE: 5_000}  # float32 values: 30,000 and 20,000 bytes
+    files = {name: save({"w": torch.randn(n)}) for name, n in weights.items()}  # the real format
+    files[TOKENIZER_FILE] = b"t" * 500
     hub = _Hub("kyutai/moshiko-pytorch-bf16", {**files, "README.md": b"not asked for"})
     try:
         window = make_window()
