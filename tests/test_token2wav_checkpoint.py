@@ -7,11 +7,13 @@ those, and the oracle tests load the full-size state_dict into the vendor's mode
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import torch
 
+from adapters.face import FamilyError, ModelRequest
 from adapters.token2wav.checkpoint import (
     REQUIRED_FILES,
     CheckpointError,
@@ -19,6 +21,7 @@ from adapters.token2wav.checkpoint import (
     load_token2wav,
 )
 from adapters.token2wav.config import CFMConfig, DiTConfig, EncoderConfig, FlowConfig
+from adapters.token2wav.family import SYNTHETIC
 from adapters.token2wav.hift import build_hift
 from adapters.weights import randomize_
 
@@ -180,3 +183,17 @@ def test_unsupported_yaml_value_is_a_checkpoint_error(
     )
     with pytest.raises(CheckpointError, match="selfattention_layer_type"):
         load_token2wav(folder)
+
+
+def test_a_checkpoint_for_another_vocabulary_is_refused_at_load(
+    tmp_path: Path, hift_state: dict[str, torch.Tensor]
+) -> None:
+    """The declaration states the vocabulary; weights for another tokenizer are named, not run."""
+    other = dataclasses.replace(SMALL, vocab_size=100)
+    flow, _ = load_token2wav(None, seed=4, config=other)
+    yaml_text = SMALL_YAML.replace("vocab_size: 6561", "vocab_size: 100")
+    folder = _write(tmp_path / "t2w", flow.state_dict(), hift_state, yaml_text)
+    request = ModelRequest(model_size="full", checkpoint=folder, n_steps=2)
+    with pytest.raises(FamilyError, match=r"100 speech tokens at 24000 Hz.*6561") as error:
+        SYNTHETIC.load_speech(request, lambda stage, fraction: None)
+    assert error.value.setting == "checkpoint"

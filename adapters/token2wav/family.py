@@ -219,6 +219,7 @@ class Token2WavFamily:
         progress("loading", 0.9)
         declaration = load_declaration(self.declaration)
         binding = bind_flow(declaration, voice.frames, request.n_steps or size.n_steps)
+        _check_agrees(flow, hift, binding, self.declaration)
         replay = ReplayEngine(request.device)
         flow_stream = FlowStream(
             flow, voice.tokens, voice.mel, voice.spk,
@@ -304,6 +305,19 @@ def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -
     hift = build_hift(seed, size.hift)
     progress("loading", 0.7)
     return flow.to(device), hift.to(device)
+
+
+def _check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
+    """The weights' vocabulary and sample rate are the declaration's: a checkpoint for another
+    tokenizer or rate would otherwise run and speak garbage."""
+    vocab, rate = flow.input_embedding.num_embeddings, hift.config.sampling_rate
+    if (vocab, rate) != (binding.vocab, binding.sample_rate):
+        raise FamilyError(
+            f"the checkpoint's flow has {vocab} speech tokens at {rate} Hz, but the {declaration} "
+            f"declaration states {binding.vocab} at {binding.sample_rate} Hz: choose the "
+            "checkpoint folder that belongs to this model family",
+            "checkpoint",
+        )
 
 
 def _voice(request: ModelRequest, declaration: str) -> VoicePrompt:
