@@ -20,7 +20,7 @@ from engine.files import OutputError, atomic_write
 
 TALK = Path(__file__).resolve().parents[1] / "assets" / "talk"
 UTTERANCES = {
-    "question": "hello there, could you tell me what the weather will be like tomorrow",
+    "question": "hi there, what will the weather be like tomorrow",
     "followup": "and what should I wear for a walk in the park",
     "interrupt": "no wait, stop, stop talking please",
 }
