@@ -126,6 +126,9 @@ class LoadedModel:
     # The arms the session can switch to live (the window offers only these); () where the arm
     # changes nothing (a family that replays nothing).
     switchable_arms: tuple[Arm, ...] = tuple(Arm)
+    # Ends what the model runs besides the loop (a worker thread and the native thread pools
+    # it calls into); the session calls it once, at its close. None: nothing to end.
+    close: Callable[[], None] | None = None
 
 
 class Family(Protocol):

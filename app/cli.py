@@ -350,18 +350,23 @@ def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "export",
-        help="rebuild the Perfetto (.json) and CSV exports of a trace from its JSONL",
+        help="rebuild the Perfetto (.json), CSV and transcript exports of a trace from its JSONL",
         description=(
-            "Rebuild TRACE.json (Perfetto) and TRACE.csv from TRACE.jsonl, e.g. after a run "
-            "that was killed before it could write them. The JSONL is durable period by period."
+            "Rebuild TRACE.json (Perfetto), TRACE.csv and, where the model said text, "
+            "TRACE.transcript.txt from TRACE.jsonl, e.g. after a run that was killed before it "
+            "could write them. The JSONL is durable period by period."
         ),
     )
     parser.add_argument("trace", type=Path, metavar="TRACE.jsonl", help="the per-period trace")
-    parser.add_argument("--force", action="store_true", help="replace existing .json/.csv files")
+    parser.add_argument(
+        "--force", action="store_true", help="replace existing .json/.csv/.transcript.txt files"
+    )
     parser.set_defaults(run=_run_export)
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    from app.transcript import transcript_from_trace, transcript_path, write_beside
+    from engine.files import OutputError, check_output
     from engine.trace import TraceError
     from engine.trace_export import export_csv, export_perfetto
 
@@ -369,12 +374,17 @@ def _run_export(args: argparse.Namespace) -> int:
     if jsonl.suffix != ".jsonl" or not jsonl.is_file():
         raise _UsageError(f"{jsonl}: give an existing .jsonl trace (written by converse/synth)")
     try:
+        transcript = transcript_from_trace(jsonl)
+        if transcript.lines():  # refused before the other files are written, not after
+            check_output(transcript_path(jsonl), overwrite=args.force)
         perfetto = export_perfetto(jsonl, jsonl.with_suffix(".json"), overwrite=args.force)
         table = export_csv(jsonl, jsonl.with_suffix(".csv"), overwrite=args.force)
-    except TraceError as error:
+        said = write_beside(transcript, jsonl, overwrite=args.force)
+    except (TraceError, OutputError) as error:
         print(f"duplexcadence export: {error}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps({"perfetto": str(perfetto), "csv": str(table)}))
+    files = {"perfetto": str(perfetto), "csv": str(table)}
+    print(json.dumps({**files, **({"transcript": str(said)} if said is not None else {})}))
     return EXIT_OK
 
 

@@ -8,7 +8,9 @@ keeps listening to silence until the assistant's turn is over (at most ``DRAIN_S
 answer to the last words is not cut; ``--seconds N`` runs exactly N periods instead.
 
 Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with ``.jsonl``),
-exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``); with
+exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``), and, where the
+family says text (a recognizer for the user's side, words for the assistant's), the transcript
+``<stem>.transcript.txt`` (:func:`app.transcript.write_beside`, as the desktop app writes it); with
 ``--record-audio DIR`` the two channels as ``DIR/mic.wav`` (16 kHz) and ``DIR/assistant.wav``
 (24 kHz), period-aligned. A summary JSON goes to stdout, progress to stderr.
 
@@ -45,6 +47,7 @@ from app.outputs import OutputsError, check_outputs, run_bytes
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
 from app.settings import Settings
+from app.transcript import Transcript, audio_time, transcript_path, write_beside
 from engine.arms import Arm
 from engine.cadence import percentile
 from engine.duplex import PeriodOutcome, Phase
@@ -148,6 +151,7 @@ def _outputs(req: ConverseRequest) -> list[tuple[str, Path]]:
     outputs = [("--output", req.output)] if req.output is not None else []
     if req.trace is not None:
         outputs += [("--trace", req.trace.with_suffix(s)) for s in (".jsonl", ".json", ".csv")]
+        outputs.append(("--trace", transcript_path(req.trace)))
     if req.record_audio is not None and req.record_audio.is_dir():
         outputs += [("--record-audio", req.record_audio / n) for n in ("mic.wav", "assistant.wav")]
     return outputs
@@ -180,7 +184,8 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
         if req.jsonl is not None:
             print(
                 f"duplexcadence converse: interrupted before the exports: {req.jsonl} is whole; "
-                f"`duplexcadence export {req.jsonl}` writes the Perfetto and CSV files",
+                f"`duplexcadence export {req.jsonl}` writes the Perfetto, CSV and transcript "
+                "files",
                 file=sys.stderr,
             )
         raise
@@ -252,6 +257,7 @@ class Tally:
         self.arms: set[str] = set()
         self.said: list[str] = []  # what the assistant said, period by period (text families)
         self.heard: list[str] = []  # what the user said, utterance by utterance (recognizers)
+        self.transcript = Transcript()  # both sides, for <trace>.transcript.txt
         self.last: PeriodOutcome | None = None
 
     def add(self, outcome: PeriodOutcome) -> None:
@@ -268,6 +274,9 @@ class Tally:
             self.heard.append(outcome.heard)
         if outcome.text:
             self.said.append(outcome.text)
+        if outcome.heard or outcome.text:
+            at = audio_time(record.index, record.period_s)
+            self.transcript.add_period(at, outcome.heard, outcome.text)
         self.last = outcome
 
 
@@ -377,6 +386,9 @@ def _finish(req: ConverseRequest, session: Session, tally: Tally) -> dict[str, A
         files["jsonl"] = str(req.jsonl)
         files["perfetto"] = str(export_perfetto(req.jsonl, req.trace))
         files["csv"] = str(export_csv(req.jsonl, req.trace.with_suffix(".csv")))
+        said = write_beside(tally.transcript, req.trace, overwrite=req.force)
+        if said is not None:
+            files["transcript"] = str(said)
     if req.output is not None:
         files["output"] = str(req.output)
     if req.record_audio is not None:

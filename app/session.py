@@ -115,7 +115,12 @@ class Session:
             self._ptt_held.clear()
 
     def close(self) -> None:
-        """Close the trace (idempotent); the session must not step afterwards."""
+        """End the model's own threads and close the trace (idempotent); the session must not
+        step afterwards. A model thread left running at exit aborts the process ("terminate
+        called without an active exception") when its native thread pool is torn down."""
+        close, self.loaded.close = self.loaded.close, None
+        if close is not None:
+            close()
         if self.trace is not None:
             self.trace.close()
         release_heap()  # device streams froze this session: let its cycles be collected

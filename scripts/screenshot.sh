@@ -2,6 +2,7 @@
 # Screenshot of the desktop app during a WAV-fed conversation, under a virtual X display:
 #
 #   scripts/screenshot.sh [OUT.png] [-- extra args of python -m app.gui.screenshot]
+#   PYTHON=/path/to/python scripts/screenshot.sh ...   (another interpreter than .venv's)
 #
 # Writes docs/screenshot.png by default (the README shows it). Runs on machines without a
 # display (CI): xvfb-run starts a private Xvfb screen; Qt uses its xcb platform there, which
@@ -14,8 +15,14 @@ out="${1:-$root/docs/screenshot.png}"
 shift $(($# > 0 ? 1 : 0))
 [[ "${1:-}" == "--" ]] && shift
 
-python="$root/.venv/bin/python"
+# The interpreter: $PYTHON when set (the tests pass their own), else the checkout's .venv
+# (scripts/setup.sh makes it), else python3 from PATH.
+python="${PYTHON:-$root/.venv/bin/python}"
 [[ -x "$python" ]] || python="$(command -v python3)"
+"$python" -c "import PySide6, torch" 2>/dev/null || {
+    echo "screenshot: $python lacks PySide6 or torch: run scripts/setup.sh, or set PYTHON" >&2
+    exit 1
+}
 command -v xvfb-run >/dev/null || {
     echo "screenshot: xvfb-run not found: apt-get install xvfb (or run scripts/setup.sh)" >&2
     exit 1

@@ -231,3 +231,32 @@ def test_the_loop_plays_it_period_by_period(make):
     assert np.count_nonzero(np.abs(out) > 1e-3) >= 0.97 * 2 * TONE_S * OUT_RATE
     assert "".join(o.text for o in outcomes).strip() == "Paris, in France."
     assert not loop.in_turn
+
+
+def test_closing_a_basic_session_ends_the_cascades_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's close ends the worker thread (mid-answer here), so no model thread runs
+    while the process exits: a thread left inside a native call aborted the window's exit
+    ("terminate called without an active exception")."""
+    import adapters.basic.load
+    from app.session import build_session
+    from app.settings import Settings
+    from tests.default_family import basic_present
+
+    basic_present(monkeypatch)
+    gate = threading.Event()  # the worker stays busy hearing until the session closes
+
+    def stand_ins(period_s: float, progress: object, realtime: bool = True) -> BasicCascade:
+        return BasicCascade(Ears(gate=gate), Mouth(), Tone(), period_s, realtime=realtime)
+
+    monkeypatch.setattr(adapters.basic.load, "load_basic", stand_ins)
+    session = build_session(Settings(family="basic", device="cpu"))
+    workers = [t for t in threading.enumerate() if t.name == "basic-cascade" and t.is_alive()]
+    assert len(workers) == 1
+    speech = conversation([0.3, "what is the capital of france", 1.5]).audio
+    n = session.loop.input_samples
+    for i in range(0, speech.size - n + 1, n):
+        session.step(speech[i : i + n])
+    gate.set()  # the worker finishes its model call; close cancels the rest and joins
+    session.close()
+    assert not workers[0].is_alive()
+    session.close()  # idempotent

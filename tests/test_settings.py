@@ -88,6 +88,8 @@ def test_auto_sizes_follow_the_device() -> None:
     assert Settings(device="cpu").resolved_model_size() == "small"
     assert Settings(model_size="full", device="cpu").resolved_model_size() == "full"
     assert Settings().resolved_model_size("cuda") == "full"
+    # A released checkpoint is full size: auto never asks for the small model on the CPU.
+    assert Settings(device="cpu", checkpoint=Path("ckpt")).resolved_model_size() == "full"
 
 
 def test_unwritable_folder_is_a_settings_error(tmp_path: Path) -> None:

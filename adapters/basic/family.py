@@ -87,6 +87,7 @@ class BasicFamily:
             },
             has_text=True,
             switchable_arms=(),  # it replays nothing: no arm changes what it computes
+            close=cascade.close,  # its worker thread, joined before the process exits
         )
 
 

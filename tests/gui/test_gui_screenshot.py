@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +22,13 @@ def test_screenshot_under_xvfb_shows_the_live_panel(tmp_path: Path) -> None:
             pytest.skip(f"{tool} is missing: scripts/setup.sh installs it")
     out = tmp_path / "shot.png"
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    env["PYTHON"] = sys.executable  # this interpreter: a fresh clone has no .venv of its own
     done = subprocess.run(
         [str(ROOT / "scripts" / "screenshot.sh"), str(out)],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "terminate called" not in done.stderr, done.stderr[-3000:]  # a clean exit
     from PySide6.QtGui import QImage
 
     image = QImage(str(out))

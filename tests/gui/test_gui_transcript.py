@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.gui.export.writers import ExportKind
-from app.gui.worker.transcript import Transcript, transcript_path
+from app.transcript import Transcript, transcript_path
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow

@@ -51,6 +51,7 @@ def test_a_cpu_session_says_plainly_what_it_measures(
     assert chips["response"].value.text().endswith(")")  # "1234 ms (1180)"
     assert chips["headroom"].value.text().endswith("x real time")
     assert chips["dropouts"].value.text() == "0"  # a file and no speaker: none
+    assert chips["memory"].value.text().endswith(" (RAM)")  # the CPU's memory, said so
     assert all(view.dropouts == 0 for view in window.panel.history.window(1e9))
     assert 0 < window.panel.history.responses_ms[0] < 10_000
 
@@ -83,3 +84,36 @@ def test_the_lamp_says_speaking_while_the_voice_still_plays(
     levels[0] = (-120.0, -120.0)
     window._tick()
     assert indicator.text == "Listening"
+
+
+def test_a_gpu_session_names_the_gpu_its_size_and_the_memory_peak(
+    make_window: Callable[..., MainWindow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a GPU session shows (no GPU here: torch's answer and the session's facts given)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import torch
+
+    from app.gui.worker.feed import PeriodView
+    from app.gui.worker.worker import SessionInfo, _accelerator
+
+    h200 = SimpleNamespace(name="NVIDIA H200", total_memory=round(139.8 * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: h200)
+    accelerator = _accelerator("cuda:0")
+    assert accelerator == "NVIDIA H200, 139.8 GiB"
+    window = make_window()
+    info = SessionInfo(
+        model_name="Moshi", device="cuda:0", accelerator=accelerator, weights_synthetic=False,
+        output_trim_db=0.0, arm="SRc", period_s=0.08, input_rate=24000, output_rate=24000,
+        input_label="mic", output_label="speaker", trace=None,
+    )  # fmt: skip
+    window.controller.ready.emit(info)
+    assert window.session_card.value("device") == "NVIDIA H200, 139.8 GiB"
+    assert "on the CPU" not in window.panel.captures.titleLabel.text
+    view = PeriodView(0, 0.0, 30.0, 80.0, False, "SRc", "listen", 0.0)
+    gpu = {"allocated_bytes": 2**30, "reserved_bytes": 2**31, "peak_bytes": 3 * 2**30}
+    window.panel.add([dataclasses.replace(view, memory=gpu)])
+    chips = window.panel.summary.chips
+    assert chips["memory"].value.text() == "3.00 GiB (GPU)"
+    assert chips["headroom"].value.text() == "2.7x real time"  # 80 ms period / 30 ms

@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from app.gui.export.writers import ExportKind, export_session
 from app.gui.worker.recorder import AudioRecorder
-from app.gui.worker.transcript import Transcript
+from app.transcript import Transcript
 
 __all__ = ["ExportJob", "start_export"]
 

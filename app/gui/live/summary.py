@@ -40,6 +40,13 @@ def _size(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.0f} MiB"
 
 
+def _memory_peak(memory: dict[str, int]) -> str:
+    """The session's memory peak and where: the GPU's allocations, or the process's RAM."""
+    if "peak_bytes" in memory:  # engine.metrics.memory_stats on a CUDA device
+        return f"{_size(memory['peak_bytes'])} (GPU)"
+    return f"{_size(max(memory.get('peak_rss_bytes', 0), memory.get('rss_bytes', 0)))} (RAM)"
+
+
 class SummaryCard(QFrame):
     """Two columns of figures: response latency, real-time headroom, p50, p95, max, over
     budget, dropouts, replayed, eager, captures, memory, and audit mode's verdict."""
@@ -80,7 +87,11 @@ class SummaryCard(QFrame):
                 "captures / inval.",
                 "Graphs recorded / thrown away because something they relied on changed.",
             ),
-            "memory": ("memory peak", "The most memory used: GPU peak, or on the CPU resident."),
+            "memory": (
+                "memory peak",
+                "The most memory the session has used: on a GPU its allocations there (the "
+                "Session card names the GPU and its size), on the CPU the app's RAM.",
+            ),
             "audit": (
                 "audit",
                 "Audit mode (Settings): every carried state is checked against the stock "
@@ -137,12 +148,7 @@ class SummaryCard(QFrame):
         c["captures"].show_value(f"{t.get('captures', 0):.0f} / {t.get('invalidations', 0):.0f}")
         last = history.last
         if last is not None and last.memory:
-            peak = max(
-                last.memory.get("peak_bytes", 0),
-                last.memory.get("peak_rss_bytes", 0),
-                last.memory.get("rss_bytes", 0),
-            )
-            c["memory"].show_value(_size(peak))
+            c["memory"].show_value(_memory_peak(last.memory))
         self._show_audit(last.audit if last is not None else None)
 
     def _show_audit(self, audit: dict[str, object] | None) -> None:

@@ -21,7 +21,7 @@ from app.gui.meters.level_meter import LevelMeter
 from app.gui.theme import card_title
 from app.gui.window.state_indicator import StateIndicator
 from app.gui.worker.controls import GAIN_RANGE_DB, VOLUME_RANGE_DB
-from app.gui.worker.transcript import Transcript
+from app.transcript import Transcript
 
 __all__ = ["ConversationCard", "SessionCard", "TranscriptCard"]
 

@@ -57,6 +57,7 @@ from app.settings import (
     save_settings,
     settings_path,
 )
+from app.transcript import audio_time
 from engine.arms import Arm
 
 __all__ = ["MainWindow"]
@@ -481,7 +482,8 @@ class MainWindow(QMainWindow):
             self.transcript.clear()
         self.panel.add(views)
         for view in views:
-            self.transcript.add_period(view.t_s, view.heard, view.text)
+            at = audio_time(view.index, view.budget_ms / 1e3)
+            self.transcript.add_period(at, view.heard, view.text)
         last = views[-1]
         self._last_phase = last.phase
         self.conversation.indicator.set_state(last.phase, last.voice_prob)

@@ -20,10 +20,10 @@ from app.gui.worker.controls import AudioControls
 from app.gui.worker.feed import Feed
 from app.gui.worker.recorder import AudioRecorder
 from app.gui.worker.routes import AudioRoute
-from app.gui.worker.transcript import Transcript
 from app.gui.worker.worker import EngineThread, SessionInfo
 from app.heap import settle_heap
 from app.settings import Settings
+from app.transcript import Transcript
 from engine.arms import Arm
 
 __all__ = ["EngineController", "EngineState", "default_sessions_dir"]

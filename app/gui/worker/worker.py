@@ -38,9 +38,9 @@ from app.gui.worker.preflight import StartError, check_before_loading
 from app.gui.worker.recorder import AudioRecorder
 from app.gui.worker.response import ResponseClock
 from app.gui.worker.routes import AudioRoute, OpenedAudio, open_audio
-from app.gui.worker.transcript import Transcript, transcript_path
 from app.heap import freeze_heap
 from app.settings import Settings
+from app.transcript import Transcript, audio_time, write_beside
 from engine.arms import Arm
 
 if TYPE_CHECKING:
@@ -225,10 +225,10 @@ class EngineThread(QThread):
 
     def _write_transcript(self) -> None:
         """``<trace>.transcript.txt`` beside the trace, when anything was said in text."""
-        if self._trace is None or not self._trace.parent.is_dir() or not self.transcript.lines():
+        if self._trace is None or not self._trace.parent.is_dir():
             return
-        try:
-            self.transcript.write(transcript_path(self._trace))
+        try:  # the trace's name is new (controller): a file there is someone else's, kept
+            write_beside(self.transcript, self._trace, overwrite=False)
         except OSError:  # the trace folder went away: the export still has the transcript
             traceback.print_exc()
 
@@ -266,7 +266,8 @@ class EngineThread(QThread):
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
-            self.transcript.add_period(view.t_s, view.heard, view.text)
+            at = audio_time(view.index, view.budget_ms / 1e3)
+            self.transcript.add_period(at, view.heard, view.text)
             audio.feed_levels(heard, played)
             self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
