@@ -45,7 +45,7 @@ from app.gui.window.banners import (
 from app.gui.window.cards import ConversationCard, SessionCard, TranscriptCard
 from app.gui.window.help import HelpDialog
 from app.gui.window.toolbar import MainToolBar
-from app.gui.words import ABOUT_HTML, CPU_NOTE
+from app.gui.words import ABOUT_HTML, CPU_NOTE, NO_ARMS
 from app.gui.worker.controller import EngineController, EngineState
 from app.gui.worker.routes import AudioRoute
 from app.gui.worker.worker import SessionInfo
@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         self.help_dialog: HelpDialog | None = None
         self._clear_charts = False
         self._last_phase = "idle"  # the model's phase in the last period drawn
+        self._arms_apply = True  # whether the running session has arms to switch (basic: none)
         self._push_to_talk = False  # the running (or next) session's mode; Space holds the mic
         self._build()
         self.settings = self._load_settings()
@@ -420,7 +421,8 @@ class MainWindow(QMainWindow):
         self.toolbar.offer_arms(tuple(Arm(a) for a in info.switchable_arms))
         card = self.session_card
         card.set("model", info.model_name)
-        card.set("arm", info.arm)
+        self._arms_apply = bool(info.switchable_arms)
+        card.set("arm", self._arm_text(info.arm))
         cpu = info.accelerator == "CPU"
         card.set("device", "CPU (no graphs launched)" if cpu else info.accelerator,
                  CPU_NOTE if cpu else info.device)  # fmt: skip
@@ -470,6 +472,10 @@ class MainWindow(QMainWindow):
         if not self.status_text.text():
             self.status_text.setText("Ready: press Start (F5) to converse.")
 
+    def _arm_text(self, arm: str) -> str:
+        """The session's arm, or that none applies (a model that replays nothing)."""
+        return arm if self._arms_apply else NO_ARMS
+
     # -- the 20 Hz tick ----------------------------------------------------------------------
 
     def _drain(self) -> None:
@@ -487,7 +493,7 @@ class MainWindow(QMainWindow):
         last = views[-1]
         self._last_phase = last.phase
         self.conversation.indicator.set_state(last.phase, last.voice_prob)
-        self.session_card.set("arm", last.arm)
+        self.session_card.set("arm", self._arm_text(last.arm))
         self.session_card.set("periods", str(len(self.panel.history)))
 
     def _tick(self) -> None:
