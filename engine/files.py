@@ -93,23 +93,9 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
         raise OutputError(
             f"{path} already exists: choose another name, or pass {flag} to replace it"
         )
-    if _locked(path):
-        raise OutputError(f"{path} is being written by another run: wait for it to end")
-
-
-def _locked(path: Path) -> bool:
-    """Whether a live writer holds ``path``'s lock (a symlink or a non-file is never locked)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    held = _hold(path)  # raises while another run's writer holds the lock
+    if held is not None:
+        os.close(held)
 
 
 def atomic_write(
