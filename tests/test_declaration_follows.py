@@ -26,7 +26,14 @@ from engine.carry import RetentionRule
 from engine.contract import Order
 from engine.declaration_io import declarations_dir
 from engine.replay import ReplayEngine
-from tests.token2wav_small import make_stream, random_voice, small_flow, token_calls
+from tests.token2wav_small import (
+    exact_calls,
+    make_stream,
+    random_voice,
+    run_calls,
+    small_flow,
+    token_calls,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RETAINED, STRIDE, LOOKAHEAD, CHUNK = 150, 10, 3, 20  # the edits
@@ -70,27 +77,14 @@ def test_the_stream_follows_and_every_arm_stays_exact(flow, edited: Path) -> Non
     calls = token_calls(pattern, seed=3)
     off = ReplayEngine("cpu", enabled=False)
     eager = make_stream(flow, voice, Arm.EAGER, off, family=str(edited))
-    reference = []
-    for tokens, last in calls:
-        if tokens is None:
-            eager.reset()
-        else:
-            reference.append((eager.chunk(tokens, last), eager.stock_state()))
+    reference = run_calls(eager, calls)
     att = reference[9][1]["estimator_att_cache"]
     assert att.shape[4] == P + RETAINED, "the stock trim keeps P + 150 once it binds"
     for arm in ARMS[1:]:
         replay = ReplayEngine("cpu")
         stream = make_stream(flow, voice, arm, replay, family=str(edited))
         assert stream.carry.capacity == P + RETAINED + 2 * WINDOW
-        outputs, exact = iter(reference), 0
-        for tokens, last in calls:
-            if tokens is None:
-                stream.reset()
-                continue
-            mel, state = next(outputs)
-            exact += torch.equal(mel, stream.chunk(tokens, last)) and all(
-                torch.equal(state[k], v) for k, v in stream.stock_state().items()
-            )
+        exact = exact_calls(stream, calls, reference)
         assert exact == len(reference), arm
         if arm.state_rule:
             assert stream.carry.extent == P + RETAINED and stream.carry.evictions > 0

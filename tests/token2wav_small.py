@@ -89,3 +89,34 @@ def token_calls(pattern: list[int | str], seed: int, device: str = "cpu") -> lis
         tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32)
         calls.append((tokens.to(device), last))
     return calls
+
+
+Output = tuple[Tensor, dict[str, Tensor]]
+"""One call's mel and the stock state after it."""
+
+
+def run_calls(stream: FlowStream, calls: list[Call]) -> list[Output]:
+    """Every call of ``calls`` through ``stream`` (a reset where the pattern has one): each
+    call's mel and the stock state after it."""
+    outputs: list[Output] = []
+    for tokens, last in calls:
+        if tokens is None:
+            stream.reset()
+        else:
+            outputs.append((stream.chunk(tokens, last), stream.stock_state()))
+    return outputs
+
+
+def exact_calls(stream: FlowStream, calls: list[Call], reference: list[Output]) -> int:
+    """How many calls of ``calls`` through ``stream`` give ``reference``'s mel and stock state,
+    bit for bit (each compared as it is made: one call's state held at a time)."""
+    exact, outputs = 0, iter(reference)
+    for tokens, last in calls:
+        if tokens is None:
+            stream.reset()
+            continue
+        mel, state = next(outputs)
+        exact += torch.equal(mel, stream.chunk(tokens, last)) and all(
+            torch.equal(state[k], v) for k, v in stream.stock_state().items()
+        )
+    return exact

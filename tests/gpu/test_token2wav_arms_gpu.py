@@ -14,7 +14,7 @@ from adapters.token2wav.checkpoint import load_token2wav
 from engine.arms import ARMS, Arm
 from engine.replay import ReplayEngine
 from tests.gpu_results import record
-from tests.token2wav_small import make_stream, random_voice, token_calls
+from tests.token2wav_small import exact_calls, make_stream, random_voice, run_calls, token_calls
 
 pytestmark = pytest.mark.gpu
 
@@ -39,24 +39,11 @@ def test_every_arm_is_bit_exact(flow, declaration: str, prompt_tokens: int, patt
     calls = token_calls(pattern, seed=5, device="cuda")
     off = ReplayEngine("cuda", enabled=False)
     eager = make_stream(flow, voice, Arm.EAGER, off, n_steps=10, family=declaration)
-    reference = []
-    for tokens, last in calls:
-        if tokens is None:
-            eager.reset()
-        else:
-            reference.append((eager.chunk(tokens, last), eager.stock_state()))
+    reference = run_calls(eager, calls)
     for arm in ARMS[1:]:
         replay = ReplayEngine("cuda")
         stream = make_stream(flow, voice, arm, replay, n_steps=10, family=declaration)
-        exact, outputs = 0, iter(reference)
-        for tokens, last in calls:
-            if tokens is None:
-                stream.reset()
-                continue
-            mel, state = next(outputs)
-            exact += torch.equal(mel, stream.chunk(tokens, last)) and all(
-                torch.equal(state[k], v) for k, v in stream.stock_state().items()
-            )
+        exact = exact_calls(stream, calls, reference)
         total = replay.snapshot()["total"]
         record(
             f"token2wav_arms[{declaration}-P{voice.frames}-{arm}]",
