@@ -39,20 +39,6 @@ FRAMES = int(os.environ.get("DUPLEXCADENCE_MOSHI_FRAMES", "500"))
 SDPA = DECLARATION.operators["lm_step"].kernels["sdpa"]
 
 
-@pytest.fixture
-def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Counts real graph launches: ``replays[0]``."""
-    count = [0]
-    original = torch.cuda.CUDAGraph.replay
-
-    def counted(self: torch.cuda.CUDAGraph) -> None:
-        count[0] += 1
-        original(self)
-
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
-    yield count
-
-
 @pytest.fixture(scope="module")
 def stream() -> Iterator[MoshiStream]:
     s, _ = make_stream(Arm.EAGER, seed=0, size="full", device="cuda", sdpa=SDPA)

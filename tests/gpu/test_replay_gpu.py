@@ -9,7 +9,7 @@ Run with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before CUDA initialises (the ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -23,20 +23,6 @@ from tests.toy import ToyAttention, ToyConfig, compare_stream, prime, stream_pla
 pytestmark = pytest.mark.gpu
 
 GPU_TOY = ToyConfig(batch=2, dim=64, prompt=30, history=40, chunk=10, flush=4, seed=3)
-
-
-@pytest.fixture
-def replays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Counts real graph launches: ``replays[0]``."""
-    count = [0]
-    original = torch.cuda.CUDAGraph.replay
-
-    def counted(self: torch.cuda.CUDAGraph) -> None:
-        count[0] += 1
-        original(self)
-
-    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
-    yield count
 
 
 def xs(n: int, seed: int, shape: tuple[int, ...] = (4, 256)) -> list[Tensor]:
