@@ -12,12 +12,13 @@ the vision tower left out, without loading a tensor.
 from __future__ import annotations
 
 import json
-import struct
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adapters.face import FamilyError
+from adapters.safetensors_header import Damaged, TensorEntry, read_header
 
 __all__ = [
     "MODEL_TYPE",
@@ -78,13 +79,9 @@ def weight_bytes(folder: CheckpointFolder, skip: tuple[str, ...] = VISION_PREFIX
     total = 0
     for shard in folder.shards:
         for name, entry in _header(shard).items():
-            if name == "__metadata__" or name.startswith(skip):
-                continue
-            count = 1
-            for dim in entry["shape"]:
-                count *= int(dim)
-            dtype = entry["dtype"]
-            total += count * (_BF16 if dtype in _FLOATS else _SIZES.get(dtype, 8))
+            if not name.startswith(skip):
+                size = _BF16 if entry.dtype in _FLOATS else _SIZES.get(entry.dtype, 8)
+                total += math.prod(entry.shape) * size
     return total
 
 
@@ -165,17 +162,12 @@ def _shards(path: Path) -> tuple[Path, ...]:
     )
 
 
-def _header(shard: Path) -> dict[str, Any]:
-    """A safetensors file's JSON header (8-byte little-endian length, then the JSON)."""
+def _header(shard: Path) -> dict[str, TensorEntry]:
     try:
-        with shard.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-    except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return read_header(shard)
+    except Damaged as damage:
         raise FamilyError(
-            f"weights {shard} are not a readable safetensors file ({error}): download it again",
+            f"weights {shard} are not a readable safetensors file ({damage.what}, "
+            f"{damage.detail}): download it again",
             "checkpoint",
         ) from None
-    if not isinstance(header, dict):
-        raise FamilyError(f"weights {shard}: the header is not a mapping", "checkpoint")
-    return header

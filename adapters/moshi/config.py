@@ -25,10 +25,11 @@ download), is a :class:`DamagedFile`.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from adapters.safetensors_header import Damaged, read_header
 
 if TYPE_CHECKING:
     from engine.contract import Declaration
@@ -51,7 +52,6 @@ TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
 CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
 WEIGHT_SUFFIXES = (".safetensors", ".sft")
-MAX_HEADER = 100_000_000  # bytes: the safetensors library refuses larger headers too
 WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
 
 #: The small size's operating point: the declared one with fewer, narrower layers.
@@ -148,45 +148,15 @@ def check_folder(folder: Path) -> FolderFiles:
     )
 
 
-#: What reading a broken or hostile safetensors header raises (deep JSON: RecursionError).
-_UNREADABLE = (
-    OSError,
-    struct.error,
-    ValueError,
-    TypeError,
-    LookupError,
-    AttributeError,
-    RecursionError,
-)
-
-
 def _damaged(path: Path) -> str | None:
-    """What is wrong with a checkpoint file, read from its size and header, or None.
-
-    A safetensors file is an 8-byte little-endian header length, the JSON header, then the
-    tensors' bytes: the largest ``data_offsets`` end in the header is where the file must end.
-    """
-    size = path.stat().st_size
-    if size == 0:
+    """What is wrong with a checkpoint file, read from its size and (weights) header, or None."""
+    if path.suffix in WEIGHT_SUFFIXES:
+        try:
+            read_header(path)
+        except Damaged as damage:
+            return str(damage)
+    elif path.stat().st_size == 0:
         return "is empty (0 bytes)"
-    if path.suffix not in WEIGHT_SUFFIXES:
-        return None
-    try:
-        with path.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            if length > MAX_HEADER:
-                return f"is not a safetensors file ({size:,} bytes, header length {length:,})"
-            if length > size - 8:
-                return f"is truncated ({size:,} bytes, its header alone needs {8 + length:,})"
-            header = json.loads(f.read(length))
-        ends = [
-            int(entry["data_offsets"][1]) for key, entry in header.items() if key != "__metadata__"
-        ]
-    except _UNREADABLE:
-        return f"is not a safetensors file ({size:,} bytes without a readable header)"
-    expected = 8 + length + max(ends, default=0)
-    if size < expected:
-        return f"is truncated ({size:,} of {expected:,} bytes)"
     return None
 
 
