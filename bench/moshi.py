@@ -11,7 +11,8 @@ sampling on. For each temporal-step attention kernel (``pinned``: the declaratio
   ``--frames`` frames from a reset and one seed: frame time (encode + LM + depformer + decode,
   synchronized) p50/p95/p99, peak allocated/reserved memory over the arm's frames, replay
   hits/misses, and how many frames equal eager's (tokens and speech, bit for bit);
-- the exact-replay floor: summed kernel time of one steady eager frame (torch.profiler);
+- the exact-replay floor: summed device time of one steady eager frame (torch.profiler), and
+  the same frame's timeline under SRc and Rc: the time between the graph's nodes, apart;
 - the peers on the same weights: ``vendor_eager`` (the package's loop, ``NO_CUDA_GRAPH``) and
   ``vendor_cudagraphed`` (its ``CUDAGraphed``), the temporal kernel pinned as ours or not,
   compared with our eager of the same kernels frame by frame.
@@ -51,6 +52,7 @@ from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
 
 MIB = 1 << 20
+KERNEL_SETS = ("pinned", "default", "efficient", "math")
 Frame = tuple[torch.Tensor, torch.Tensor | None]  # tokens, speech (on the CPU)
 
 
@@ -74,10 +76,13 @@ def percentiles(ms: list[float]) -> dict[str, float]:
 
 @contextmanager
 def peak(device: torch.device) -> Iterator[dict[str, float]]:
-    """Peak allocated/reserved MiB over the block (CUDA; empty on the CPU)."""
+    """Peak allocated/reserved MiB over the block (CUDA; empty on the CPU). The cache is emptied
+    first, so each arm and peer reserves only what it needs, not what an earlier one left."""
     out: dict[str, float] = {}
     if device.type == "cuda":
         sync(device)
+        gc.collect()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     yield out
     if device.type == "cuda":
@@ -155,16 +160,37 @@ def our_arms(
             **memory,
         }
         print(f"{sdpa:9} {arm!s:5} {result[str(arm)]}", file=sys.stderr)
-    stream.set_arm(Arm.EAGER)
-    result["floor_ms"] = floor(stream, frames, device)
+    result["timeline"] = {}
+    for arm in (Arm.EAGER, *[a for a in (Arm.SRC, Arm.RC) if a in arms]):
+        stream.set_arm(arm)
+        result["timeline"][str(arm)] = timeline(stream, frames, device)
+    eager_names = result["timeline"][str(Arm.EAGER)].pop("by_name_us", {})
+    for arm_line in list(result["timeline"].values())[1:]:
+        names = arm_line.pop("by_name_us", {})
+        extra = {n: t - eager_names.get(n, 0.0) for n, t in names.items()}
+        arm_line["slower_than_eager_us"] = [  # where the replayed frame's kernels take longer
+            (n, round(t, 1)) for n, t in sorted(extra.items(), key=lambda kv: -kv[1])[:8]
+        ]
+    result["floor_ms"] = result["timeline"][str(Arm.EAGER)].get("kernel_ms")
     stream.close()
     return result, reference  # the stream, its engine and graphs go with this frame
 
 
-def floor(stream: MoshiStream, frames: list[torch.Tensor], device: torch.device) -> float | None:
-    """Summed device time (ms) of the kernels one steady eager frame launches."""
+def timeline(
+    stream: MoshiStream, frames: list[torch.Tensor], device: torch.device
+) -> dict[str, Any]:
+    """Where one steady frame of the stream's arm spends device time (torch.profiler, CUDA).
+
+    ``kernel_ms`` sums the device activities (kernels, copies, fills) the frame runs: under
+    eager it is the exact-replay floor. ``span_ms`` runs from the first activity's start to the
+    last one's end, and ``gap_ms`` is the span not covered by any activity: launch latency
+    between the graph's nodes under a replay arm, host time under eager. Activities inside a
+    CUDA graph are traced one by one (CUPTI), so both arms are read the same way.
+    """
     if device.type != "cuda":
-        return None
+        return {}
+    import tempfile
+
     from torch.profiler import ProfilerActivity, profile
 
     stream.reset()
@@ -174,8 +200,40 @@ def floor(stream: MoshiStream, frames: list[torch.Tensor], device: torch.device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         stream.step(frames[2])
         sync(device)
-    kernels = sum(e.self_device_time_total for e in prof.key_averages())
-    return round(kernels / 1e3, 2)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    kinds = {"kernel": "kernels", "gpu_memcpy": "copies", "gpu_memset": "fills"}
+    acts = sorted(
+        (float(e["ts"]), float(e["dur"]), kinds[e["cat"]], str(e.get("name", "")))
+        for e in events
+        if e.get("cat") in kinds and e.get("ph") == "X"
+    )
+    if not acts:
+        return {}
+    busy, covered_to, gaps = 0.0, acts[0][0], []
+    for ts, dur, _, name in acts:
+        if ts > covered_to:
+            gaps.append((ts - covered_to, name))
+        busy += max(0.0, ts + dur - max(ts, covered_to))
+        covered_to = max(covered_to, ts + dur)
+    span = covered_to - acts[0][0]
+    counts = {kind: sum(a[2] == kind for a in acts) for kind in kinds.values()}
+    by_name: dict[str, float] = {}
+    for _, dur, _, name in acts:
+        by_name[name[:80]] = by_name.get(name[:80], 0.0) + dur
+    gap_us = np.asarray([g for g, _ in gaps] or [0.0])
+    return {
+        "kernel_ms": round(sum(a[1] for a in acts) / 1e3, 2),
+        "span_ms": round(span / 1e3, 2),
+        "gap_ms": round((span - busy) / 1e3, 2),
+        **counts,
+        "gap_us_p50": round(float(np.percentile(gap_us, 50)), 2),
+        "gap_us_p99": round(float(np.percentile(gap_us, 99)), 2),
+        "largest_gaps": [(round(g, 1), name[:80]) for g, name in sorted(gaps)[-8:]],
+        "by_name_us": by_name,
+    }
 
 
 @contextmanager
@@ -262,6 +320,11 @@ def main() -> None:
     parser.add_argument("--vendor-eager-frames", type=int, default=50)
     parser.add_argument("--arms", nargs="+", default=[str(a) for a in ARMS])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--kernels", nargs="+", default=["pinned", "default"], choices=KERNEL_SETS,
+        help="temporal-step attention kernels to run: pinned (the declaration's), default "
+        "(torch's choice), efficient, math (default: pinned default)",
+    )  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python3 bench/moshi.py " + " ".join(sys.argv[1:])
@@ -280,7 +343,8 @@ def main() -> None:
     print(f"built {size.name} in {build_s:.1f} s ({weights_mib:.0f} MiB)", file=sys.stderr)
     frames = noise(args.frames, spf, device)
     pinned = declaration.operators["lm_step"].kernels.get("sdpa", "default")
-    kernels = {"pinned": pinned if device.type == "cuda" else "math", "default": "default"}
+    named = {"pinned": pinned if device.type == "cuda" else "math", "default": "default"}
+    kernels = {name: named.get(name, name) for name in args.kernels}
     results: dict[str, Any] = {}
     for name, sdpa in kernels.items():
         arms, reference = our_arms(models, sdpa, frames, args)
@@ -307,23 +371,23 @@ def main() -> None:
             if floor_ms:
                 entry["p50_vs_floor"] = round(entry["p50_ms"] / floor_ms, 3)
         print(f"{sdpa:9} peers {peers}", file=sys.stderr)
-        warm = {k: arms.pop(k) for k in ("warmup", "warmup_graph_mib")}
+        warm = {k: arms.pop(k) for k in ("warmup", "warmup_graph_mib", "timeline")}
         results[name] = {"sdpa": sdpa, "floor_ms": floor_ms, "arms": arms, "peers": peers, **warm}
-    report = {
-        **environment(command),
-        "model": f"moshi {size.name}, seeded random weights",
-        "dtype": str(next(models.lm.parameters()).dtype).removeprefix("torch."),
-        "build_s": round(build_s, 1),
-        "weights_mib": round(weights_mib, 1),
-        "budget_ms": budget_ms,
-        "frames": args.frames,
-        "operating_point": size.point,
-        "kernels": results,
-        "memory_note": "one process: every replay arm's graphs are live while each arm runs",
-    }
-    name = "moshi_tiny.json" if args.tiny else "moshi_h200.json"
-    (args.out / name).write_text(json.dumps(report, indent=2) + "\n")
-    print(args.out / name)
+        report = {
+            **environment(command),
+            "model": f"moshi {size.name}, seeded random weights",
+            "dtype": str(next(models.lm.parameters()).dtype).removeprefix("torch."),
+            "build_s": round(build_s, 1),
+            "weights_mib": round(weights_mib, 1),
+            "budget_ms": budget_ms,
+            "frames": args.frames,
+            "operating_point": size.point,
+            "kernels": results,
+            "memory_note": "one process: every replay arm's graphs are live while each arm runs",
+        }
+        file = args.out / ("moshi_tiny.json" if args.tiny else "moshi_h200.json")
+        file.write_text(json.dumps(report, indent=2) + "\n")
+        print(file)  # after each kernel set: a run cut short keeps what it measured
 
 
 if __name__ == "__main__":
