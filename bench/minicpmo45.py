@@ -120,12 +120,18 @@ import boundary, recorded in the result)."""
 
 
 def stand_in_imports() -> list[str]:
+    """Put an empty module in place of each absent :data:`IMPORT_ONLY` name. Each has a spec:
+    transformers asks ``importlib.util.find_spec`` about ``librosa``, which raises for a module
+    without one."""
+    import importlib.machinery
     import importlib.util
     import types
 
     missing = [name for name in IMPORT_ONLY if importlib.util.find_spec(name) is None]
     for name in missing:
-        sys.modules[name] = types.ModuleType(name)
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = module
     return missing
 
 
@@ -242,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
+    print(f"checkpoint written in {build_s:.0f} s: {folder}", file=sys.stderr)
     if decoder == "full":
         write_token2wav(folder / TOKEN2WAV_FOLDER, args.seed)
     request = ModelRequest(
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     loaded = family("minicpmo45").load(request, lambda stage, fraction: None)
     load_s = time.perf_counter() - t0
+    print(f"loaded and warmed up in {load_s:.0f} s", file=sys.stderr)
     metrics = Metrics(loaded.model.period_s, device=args.device, arm=str(arms[0]))
     loop = DuplexLoop(loaded.model, metrics, loaded.replay, None)
     talk = talk_periods(len(arms) * (args.units + args.settle), args.seed)
@@ -289,10 +297,14 @@ def main(argv: list[str] | None = None) -> int:
             figures["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         result["arms"][str(arm)] = figures
         print(arm, json.dumps(figures), file=sys.stderr)
-    result["replay"] = loaded.replay.snapshot()["total"] if loaded.replay is not None else {}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        result["replay"] = loaded.replay.snapshot()["total"] if loaded.replay is not None else {}
+        write(args.out, result)  # after each arm: a run cut short keeps what it measured
     return 0
+
+
+def write(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":
