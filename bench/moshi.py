@@ -4,8 +4,8 @@
     python3 bench/moshi.py OUT_DIR --tiny       # the small config on the CPU: proves the script
 
 Seeded random weights at the released config (built on the device, timed), seeded noise in,
-sampling on. For each temporal-step attention kernel (``pinned``: the declaration's, efficient;
-``default``: torch's choice) in turn:
+sampling on. For each temporal-step attention kernel in ``--kernels`` (``pinned``: the
+declaration's, efficient; ``default``: torch's choice; ``efficient``, ``math``) in turn:
 
 - our stream, warmed and sealed as the app loads it (every replay arm captured), then per arm
   ``--frames`` frames from a reset and one seed: frame time (encode + LM + depformer + decode,
@@ -18,7 +18,8 @@ sampling on. For each temporal-step attention kernel (``pinned``: the declaratio
   compared with our eager of the same kernels frame by frame.
 
 Every latency sits beside its floor; ``margin_ms`` is the 80-ms budget minus p99. Memory is
-measured in the one process (all arms' graphs live): weights and graph memory are reported apart.
+measured in the one process (all arms' graphs live), each arm and peer from an emptied cache:
+weights and graph memory are reported apart.
 """
 
 from __future__ import annotations
