@@ -83,7 +83,7 @@ class MoshiStream:
         self._streaming = ExitStack()
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
-        share_ring_clocks(mimi, lm_gen.lm_model)
+        self.ring_followers = share_ring_clocks(mimi, lm_gen.lm_model)  # rings on a shared clock
         self.ops = FrameOps(mimi, lm_gen, sdpa=sdpa)
         self.replay, self.device = replay, lm_gen.lm_model.device
         self.spf, self.dep_q = samples_per_frame, self.ops.dep_q
