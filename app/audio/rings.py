@@ -94,8 +94,9 @@ class Ring:
         return out
 
     def skip(self, count: int) -> int:
-        """Drop up to ``count`` of the oldest samples; returns how many. Consumer only."""
-        n = min(count, self.available)
+        """Drop up to ``count`` of the oldest samples (none when ``count`` <= 0); returns how
+        many. Consumer only."""
+        n = max(0, min(count, self.available))
         self._read += n
         return n
 
