@@ -48,7 +48,7 @@ def test_moshi_is_registered_and_loads_small_on_the_cpu() -> None:
     rings = {"lm_kv": [3000], "depformer_kv": [8], "mimi_kv": [250]}  # moshi.yaml's capacities
     assert loaded.facts["rings"] == rings
     # every layer but each transformer's first (small: temporal 2, depformer 1, Mimi 2 + 2)
-    assert loaded.facts["ring_followers"] == 3
+    assert loaded.facts["clock_followers"] == 3
     g = np.random.default_rng(3)
     steps = [model.step((0.2 * g.standard_normal(1920)).astype(np.float32)) for _ in range(6)]
     assert steps[0].audio == [] and all(len(s.audio) == 1 for s in steps[1:])

@@ -165,7 +165,7 @@ class MoshiFamily:
                 "model_size": size.name,
                 "temporal_sdpa": stream.ops.sdpa,
                 "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
-                "ring_followers": stream.ring_followers,
+                "clock_followers": stream.clock_followers,
                 "sampling": {
                     "temp": lm_gen.temp,
                     "temp_text": lm_gen.temp_text,

@@ -20,9 +20,9 @@ rule adds is the frame's own tensors (microphone frame, user codes, text token, 
 frame tokens, speech frame): under S/SR/SRc they live in address-stable regions the operators
 read and write in place (nothing staged, nothing copied out); under the stock arms they are
 fresh tensors each call, which replay stages and copies out, as the vendor's ``CUDAGraphed``
-does. Arm switches therefore move no state. The rings of one transformer share one clock
-(:mod:`adapters.moshi.rings`): the slots and positions every layer's ring would derive alike are
-derived once a step, about 1,500 fewer kernels in a 7B frame, the same bits.
+does. Arm switches therefore move no state. The layers of one transformer share one clock
+(:mod:`adapters.moshi.clock`): the ring slots and positions, the rotary rotation, the causal mask
+and the counters every layer would derive alike are derived once a step, the same bits.
 
 A frame after a reset has no speech to decode yet (the vendor's ``LMGen.step`` returns None):
 its call kind is ``open`` (encode and LM only), every later one ``steady``. So each operator has
@@ -44,8 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
-from adapters.moshi.rings import share_ring_clocks
 from engine.arms import Arm, Granularity
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog, Signature, TensorSpec
@@ -83,7 +83,7 @@ class MoshiStream:
         self._streaming = ExitStack()
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
-        self.ring_followers = share_ring_clocks(mimi, lm_gen.lm_model)  # rings on a shared clock
+        self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
         self.ops = FrameOps(mimi, lm_gen, sdpa=sdpa)
         self.replay, self.device = replay, lm_gen.lm_model.device
         self.spf, self.dep_q = samples_per_frame, self.ops.dep_q

@@ -1,0 +1,90 @@
+"""One clock per transformer changes kernels, not bits: the vendor's streaming transformer with
+and without it, stepped past its rings' capacity (they wrap), across resets, one and two steps a
+call, on both ring paths (masked scatter; ``weights_per_step``'s index copy), with each rotary
+layout (which reads the shared counter in every layer) and none."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from adapters.moshi.clock import share_clocks
+
+pytest.importorskip("moshi")
+
+CASES = {  # as Mimi's transformers (rope), the temporal one (rope, 2 steps a call: prefill-like)
+    "scatter-rope": {"context": 5, "positional_embedding": "rope"},
+    "scatter-rope_concat": {"context": 5, "positional_embedding": "rope_concat"},
+    "index_copy-none": {  # as the depformer: weights per step, no positional embedding
+        "context": 3,
+        "positional_embedding": "none",
+        "weights_per_step": 4,
+        "gating": "silu",
+    },
+    "index_copy-rope": {
+        "context": 3,
+        "positional_embedding": "rope",
+        "weights_per_step": 4,
+        "gating": "silu",
+    },
+}
+
+
+def transformer(**kwargs: object) -> torch.nn.Module:
+    from moshi.modules.transformer import StreamingTransformer
+
+    torch.manual_seed(7)
+    return StreamingTransformer(
+        d_model=32, num_heads=4, num_layers=3, dim_feedforward=64, causal=True, **kwargs
+    ).eval()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_shared_clock_equals_the_vendors_layers(case: str) -> None:
+    vendor = transformer(**CASES[case])
+    ours = copy.deepcopy(vendor)
+    g = torch.Generator().manual_seed(3)
+    per_step = "weights_per_step" in CASES[case]
+    steps = [1] * 4 if per_step else [2, 1, 1, 2, 1, 2, 1, 1, 2, 1, 1, 1, 2, 2, 1]
+    with torch.no_grad(), vendor.streaming(1), ours.streaming(1):
+        assert share_clocks(ours) == 2
+        for _ in range(3 if per_step else 2):  # a reset between rounds
+            for t in steps:
+                x = torch.randn((1, t, 32), generator=g)
+                assert torch.equal(vendor(x), ours(x))
+            vendor.reset_streaming()
+            ours.reset_streaming()
+        leader, *followers = [layer.self_attn._streaming_state for layer in ours.layers]
+        assert all(f.kv_cache.end_offset is leader.kv_cache.end_offset for f in followers)
+        assert all(f.offset is leader.offset for f in followers)
+        for theirs, mine in zip(vendor.layers, ours.layers, strict=True):
+            a, b = theirs.self_attn._streaming_state, mine.self_attn._streaming_state
+            assert torch.equal(a.kv_cache.cache, b.kv_cache.cache)
+            assert torch.equal(a.kv_cache.end_offset, b.kv_cache.end_offset)
+            assert torch.equal(a.offset, b.offset) and a.offset_cpu == b.offset_cpu
+
+
+def test_out_of_streaming_the_vendors_forward_runs() -> None:
+    vendor = transformer(**CASES["scatter-rope"])
+    ours = copy.deepcopy(vendor)
+    with torch.no_grad():
+        with ours.streaming(1):
+            share_clocks(ours)
+        x = torch.randn((1, 6, 32), generator=torch.Generator().manual_seed(5))
+        assert torch.equal(vendor(x), ours(x))  # a whole sequence at once, no state
+
+
+def test_layers_that_differ_are_refused() -> None:
+    model = transformer(**CASES["scatter-rope"])
+    with torch.no_grad(), model.streaming(1):
+        model.layers[1].self_attn._streaming_state.kv_cache.capacity = 9
+        with pytest.raises(ValueError, match="capacity"):
+            share_clocks(model)
+        model.layers[1].self_attn._streaming_state.kv_cache.capacity = 5
+        model.layers[2].self_attn.context = 4
+        with pytest.raises(ValueError, match="context"):
+            share_clocks(model)
+        untouched = type(model.layers[0].self_attn).__name__
+        assert untouched == "StreamingMultiheadAttention"
