@@ -3,7 +3,7 @@
 Every self-attention layer of a streaming transformer keeps its own step counters (its
 ``RingKVCache``'s ``end_offset``, its attention's ``offset``) and, each step, derives the same
 things from them: the ring's write slots and every slot's position, the causal mask, and the
-counters' update. That is about 25 small kernels a layer, a third of a 7B frame's kernels. All
+counters' update: about 25 small kernels a layer, and a 7B frame steps ~96 such layers. All
 layers of one transformer hold the same counters (they are stepped, masked and reset together),
 so :func:`share_clocks` gives them one clock: they share the counter tensors; the first layer
 (the leader) derives the slots, positions and mask once a step, with the vendor's formulas, and
