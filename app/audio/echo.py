@@ -109,8 +109,7 @@ class EchoCanceller:
         """Far samples ``start`` .. ``start + n``; zeros for those dropped or not yet played."""
         far = np.zeros(n, dtype=np.float32)
         ring = self._far
-        consumed = ring.written - ring.available  # the ring's read position
-        ring.skip(start - consumed)  # no-op when ``start`` lies behind it
-        begin = min(n, max(0, ring.written - ring.available - start))
+        ring.skip(start - ring.consumed)  # no-op when ``start`` lies behind it
+        begin = min(n, max(0, ring.consumed - start))
         ring.read_into(far[begin:])
         return far

@@ -60,6 +60,11 @@ class Ring:
         """Samples ever written (the producer's clock)."""
         return self._written
 
+    @property
+    def consumed(self) -> int:
+        """Samples ever read or skipped (the consumer's clock)."""
+        return self._read
+
     def write(self, samples: np.ndarray) -> int:
         """Copy as much of ``samples`` (1-D) as fits; returns the count taken. Producer only."""
         n = min(len(samples), self.free)

@@ -141,8 +141,7 @@ class DeviceSource(DeviceStream):
         out = np.zeros(samples, dtype=np.float32)
         self._pending.read_into(out)
         if self._echo is not None:  # also while muted: the canceller keeps adapting
-            undrained = self._ring.available * self.out_rate / self.stats.rate
-            out = self._echo.process(out, backlog=self._pending.available + round(undrained))
+            out = self._echo.process(out, backlog=round(self.queued_s * self.out_rate))
         if self._muted:
             out[:] = 0.0
         return out
