@@ -6,6 +6,7 @@ layout (which reads the shared counter in every layer) and none."""
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -74,6 +75,34 @@ def test_out_of_streaming_the_vendors_forward_runs() -> None:
             share_clocks(ours)
         x = torch.randn((1, 6, 32), generator=torch.Generator().manual_seed(5))
         assert torch.equal(vendor(x), ours(x))  # a whole sequence at once, no state
+
+
+def test_streaming_entered_again_runs_the_vendors_forward() -> None:
+    """The vendor's own loop on a model we stepped (the benchmark's peers do so) enters
+    ``streaming()`` afresh: its fresh counters are the vendor's, each layer its own, and the
+    state we stepped is freed (a 7B's rings are 1.5 GB)."""
+    vendor = transformer(**CASES["scatter-rope"])
+    ours = copy.deepcopy(vendor)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        with ours.streaming(1):
+            share_clocks(ours)
+            ours(torch.randn((1, 1, 32), generator=g))
+            stepped = weakref.ref(ours.layers[1].self_attn._streaming_state.kv_cache)
+        assert stepped() is None
+        with vendor.streaming(1), ours.streaming(1):
+            for _ in range(7):
+                x = torch.randn((1, 1, 32), generator=g)
+                assert torch.equal(vendor(x), ours(x))
+        with ours.streaming(1):  # installed again: on the vendor's classes, not on ours
+            share_clocks(ours)
+            assert (
+                type(ours.layers[0].self_attn).__mro__[1].__name__ == "StreamingMultiheadAttention"
+            )
+            ours(torch.randn((1, 1, 32), generator=g))
+        with vendor.streaming(1), ours.streaming(1):
+            x = torch.randn((1, 1, 32), generator=g)
+            assert torch.equal(vendor(x), ours(x))  # no recursion through two clocked classes
 
 
 def test_layers_that_differ_are_refused() -> None:

@@ -24,11 +24,15 @@ Constraints (checked where cheap):
   all of them);
 * the layers agree on ring capacity, exec-mask handling, causality and context (each
   transformer builds them from one set of arguments);
-* installed after ``streaming()`` is entered, which creates the rings; leaving it drops them.
+* installed after ``streaming()`` is entered, which creates the rings and the counters. A layer
+  keeps the clock only for the streaming state it was installed on: once ``streaming()`` is left
+  and entered again (the vendor's own loop on the same model does so), the layer runs the
+  vendor's forward on its fresh state, as if never installed.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -79,6 +83,17 @@ def share_clocks(*models: Any) -> int:
 _ATTENTIONS: dict[type, type] = {}
 
 
+def _vendor_class(obj: Any) -> type:
+    """The vendor's class of ``obj``, beneath the one this module gave it (installing twice
+    wraps the vendor's class again, not ours)."""
+    return getattr(type(obj), "vendor_class", type(obj))
+
+
+def _clocked(cls: type, **methods: Any) -> dict[str, Any]:
+    """The namespace of a clocked subclass of the vendor's ``cls``."""
+    return {"vendor_class": cls, **methods}
+
+
 def _install(attention: Any, leader: Any, clock: _Clock, *, closes: bool) -> None:
     """Make ``attention`` (and its ring) lead ``clock``, or follow ``leader`` on it; the layer
     that ``closes`` the step advances the attention's counter."""
@@ -88,10 +103,12 @@ def _install(attention: Any, leader: Any, clock: _Clock, *, closes: bool) -> Non
         _follow(state.kv_cache, lead.kv_cache, clock)
     else:
         _lead(attention._streaming_state.kv_cache, clock)
-    cls = type(attention)
+    cls = _vendor_class(attention)
     if cls not in _ATTENTIONS:
-        _ATTENTIONS[cls] = type(f"Clocked{cls.__name__}", (cls,), {"forward": _forward})
+        _ATTENTIONS[cls] = type(f"Clocked{cls.__name__}", (cls,), _clocked(cls, forward=_forward))
     attention.clock, attention.leads, attention.closes = clock, attention is leader, closes
+    # weakly: leaving streaming() frees the state and its rings, as the vendor's does
+    attention.clocked_state = weakref.ref(attention._streaming_state)
     attention.__class__ = _ATTENTIONS[cls]
 
 
@@ -109,8 +126,8 @@ def _forward(self: Any, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     from moshi.modules.transformer import apply_weights_per_step, expand_repeated_kv
 
     state = self._streaming_state
-    if state is None or self.cross_attention or state.kv_cache is None:
-        return super(type(self), self).forward(query, key, value)  # type: ignore[no-any-return]
+    if state is None or state is not self.clocked_state() or self.cross_attention:
+        return self.vendor_class.forward(self, query, key, value)  # type: ignore[no-any-return]
     clock, T = self.clock, query.shape[1]
     projected = apply_weights_per_step(
         self.in_projs, self.weights_per_step_schedule, query, state.offset_cpu
@@ -164,7 +181,7 @@ _FOLLOWERS: dict[type, type] = {}
 
 def _lead(ring: Any, clock: _Clock) -> None:
     """The vendor's ``complete``, noting the step's write slots and positions on ``clock``."""
-    cls = type(ring)
+    cls: Any = _vendor_class(ring)
     if cls not in _LEADERS:
 
         def complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
@@ -175,7 +192,7 @@ def _lead(ring: Any, clock: _Clock) -> None:
             self.clock.positions = result.positions
             return result
 
-        _LEADERS[cls] = type(f"Leading{cls.__name__}", (cls,), {"complete": complete})
+        _LEADERS[cls] = type(f"Leading{cls.__name__}", (cls,), _clocked(cls, complete=complete))
     ring.clock = clock
     ring.__class__ = _LEADERS[cls]
 
@@ -186,7 +203,7 @@ def _follow(ring: Any, leader: Any, clock: _Clock) -> None:
     ring resets the one clock."""
     from moshi.modules.transformer import KVCacheResult
 
-    cls = type(ring)
+    cls: Any = _vendor_class(ring)
     if cls not in _FOLLOWERS:
 
         def complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
@@ -201,7 +218,7 @@ def _follow(ring: Any, leader: Any, clock: _Clock) -> None:
                 self.cache[1].index_copy_(2, slots[0], v)
             return KVCacheResult(self.cache[0], self.cache[1], self.clock.positions)
 
-        _FOLLOWERS[cls] = type(f"Following{cls.__name__}", (cls,), {"complete": complete})
+        _FOLLOWERS[cls] = type(f"Following{cls.__name__}", (cls,), _clocked(cls, complete=complete))
     ring.end_offset = leader.end_offset
     ring.clock = clock
     ring.__class__ = _FOLLOWERS[cls]
