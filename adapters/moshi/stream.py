@@ -21,8 +21,8 @@ frame tokens, speech frame): under S/SR/SRc they live in address-stable regions 
 read and write in place (nothing staged, nothing copied out); under the stock arms they are
 fresh tensors each call, which replay stages and copies out, as the vendor's ``CUDAGraphed``
 does. Arm switches therefore move no state. The layers of one transformer share one clock
-(:mod:`adapters.moshi.clock`): the ring slots and positions, the rotary rotation, the causal mask
-and the counters every layer would derive alike are derived once a step, the same bits.
+(:mod:`adapters.moshi.clock`): the ring slots and positions, the causal mask and the counters'
+update, which every layer would derive alike, are derived once a step, the same bits.
 
 A frame after a reset has no speech to decode yet (the vendor's ``LMGen.step`` returns None):
 its call kind is ``open`` (encode and LM only), every later one ``steady``. So each operator has
