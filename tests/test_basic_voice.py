@@ -6,9 +6,12 @@ for the ``converse`` run. The questions are espeak-ng speech, heard in real time
 each answer's audio goes through the same recognizer, and only words a correct answer cannot
 avoid are asserted. Every model decodes greedily, so a run is reproducible; but the 135M reply
 model is fragile to phrasing (Whisper hearing "capital on France" gets French back) and Whisper
-tiny to where an utterance is cut ("moon" heard as "mood" 0.1 s of lead away), so these are
-questions both get right from the cut the cascade makes (``ask`` starts a fresh conversation,
-so that cut depends on the audio alone).
+tiny to where an utterance is cut ("moon" heard as "mood" 0.1 s of lead away). So these are
+questions Whisper hears right from the cascade's cut (``ask`` starts a fresh conversation, so
+that cut depends on the audio alone) and from its neighbours: starting 0.1 s earlier to 0.05 s
+later, ending 0.05 s earlier to 0.2 s later. "What is the capital of France?" was one until
+CTranslate2 4.7 (pinned now): from then on the cascade's own cut heard "capital on France";
+"Where do penguins live?" failed on 7 of those 20 cuts.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from adapters.basic.load import load_basic
 from adapters.basic.shipped import check_installed
 from app.converse import ConverseRequest, converse
 from app.settings import Settings
-from bench.basic_cpu import ask, transcribe_answer
+from bench.basic_cpu import LEAD_S, ask, transcribe_answer
 from tests.speech import conversation
 
 pytestmark = pytest.mark.slow
@@ -45,12 +48,12 @@ def cascade() -> Iterator[BasicCascade]:
 
 
 def test_a_spoken_question_gets_a_spoken_relevant_answer(cascade: BasicCascade) -> None:
-    turn = ask(cascade, "What is the capital of France?")
+    turn = ask(cascade, "What is the capital of Japan?")
     heard = turn.heard.lower()
-    assert "capital" in heard and "france" in heard, turn.heard
-    assert "paris" in turn.said.lower(), turn.said
+    assert "capital" in heard and "japan" in heard, turn.heard
+    assert "tokyo" in turn.said.lower(), turn.said
     assert turn.latency_s is not None and turn.answer_s > 0.5
-    assert "paris" in transcribe_answer(cascade, turn).lower()
+    assert "tokyo" in transcribe_answer(cascade, turn).lower()
 
 
 def test_the_next_question_is_answered_too(cascade: BasicCascade) -> None:
@@ -62,7 +65,8 @@ def test_the_next_question_is_answered_too(cascade: BasicCascade) -> None:
 
 def test_converse_headless_answers_a_spoken_question(cascade: BasicCascade, tmp_path: Path) -> None:
     """The app's loop on files (a simulated clock: the cascade waits for its answers)."""
-    question = conversation([0.5, "Where do penguins live?", 1.0]).write(tmp_path / "q.wav")
+    # the lead is ask's, so the cut is the one whose neighbours were checked (module docstring)
+    question = conversation([LEAD_S, "Where is the Eiffel Tower?", 1.0]).write(tmp_path / "q.wav")
     summary = converse(
         ConverseRequest(
             settings=Settings(family="basic", device="cpu"),
@@ -72,11 +76,11 @@ def test_converse_headless_answers_a_spoken_question(cascade: BasicCascade, tmp_
             progress=False,
         )
     )
-    assert "antarctic" in summary["said"].lower(), summary
-    assert "penguin" in summary["heard"].lower(), summary  # the user's side, as heard
+    assert "paris" in summary["said"].lower(), summary
+    assert "eiffel" in summary["heard"].lower(), summary  # the user's side, as heard
     answer, rate = sf.read(tmp_path / "a.wav", dtype="float32")
     heard = cascade.recognizer.transcribe(soxr.resample(answer, rate, 16000)).lower()
-    assert "penguin" in heard or "antarctic" in heard, heard
+    assert "eiffel" in heard or "paris" in heard, heard
     records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     question_heard = " ".join(r["loop"].get("heard", "") for r in records if "loop" in r)
-    assert "penguin" in question_heard.lower(), question_heard
+    assert "eiffel" in question_heard.lower(), question_heard
