@@ -423,7 +423,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``duplexcadence`` console script; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    finally:
+        _forget_caught_interrupts()
+
+
+def _forget_caught_interrupts() -> None:
+    """Keep the exit status :func:`main` returns after a Ctrl-C it caught.
+
+    CPython notes a ``KeyboardInterrupt`` that leaves code run by ``exec`` of a string (as
+    dataclasses and named tuples define their methods: a Ctrl-C while a module is imported can
+    land there) and, caught or not, ends ``python -m app.cli`` by SIGINT at exit instead of
+    with the status returned (once in about 25 Ctrl-Cs while loading). Each ``exec`` of a
+    string starts by clearing that note."""
+    exec("")
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["gui"]:
         return _run_gui(argv[1:])
     args = build_parser().parse_args(argv)

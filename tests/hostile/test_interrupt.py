@@ -107,6 +107,32 @@ def test_ctrl_c_while_loading_is_one_line(tmp_path: Path, talk: Path) -> None:
         assert stderr.strip().splitlines()[-1] == "duplexcadence: interrupted"
 
 
+DRIVER = """
+import sys
+from app import cli
+
+def interrupted(args):  # Ctrl-C lands while a dataclass defines its methods (exec of a string)
+    exec("raise KeyboardInterrupt")
+
+cli._run_export = interrupted
+sys.exit(cli.main(["export", "t.jsonl"]))
+"""
+
+
+def test_an_interrupt_caught_after_it_left_an_exec_still_exits_130(tmp_path: Path) -> None:
+    """``python -m``, as the tests run the command: CPython would end it by SIGINT (-2) after a
+    KeyboardInterrupt left an ``exec`` of a string, though ``main`` caught it. This is how one
+    Ctrl-C in about 25 while loading ended (a dataclass was being defined at import)."""
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "driver"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "duplexcadence: interrupted"
+
+
 def test_a_long_input_is_streamed_in_flat_memory(tmp_path: Path) -> None:
     """An hour at 8 kHz: decoded whole and resampled it would peak past 350 MB; streamed, the
     child's peak stays near its imports."""
