@@ -120,17 +120,25 @@ def test_echo_cancellation_removes_the_played_audio(
     source, sink = devices
     source.enable_echo_cancel(sink)
     rng = np.random.default_rng(0)
-    levels = []
+    levels, xruns = [], []  # xruns: the devices' underflows + overflows so far, per period
     for _ in range(10):  # speech-like far end: noise bursts shaped at a syllable rate
         envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(OUT_RATE) / OUT_RATE)
         sink.write((0.2 * envelope * rng.standard_normal(OUT_RATE)).astype(np.float32))
         block = source.read_period(IN_RATE, timeout=3.0)
         assert block is not None
         levels.append(float(np.sqrt(np.mean(block**2))))
-    print(f"\necho: residual rms per period {[round(v, 4) for v in levels]}")
+        xruns.append(sink.stats.underflows + source.stats.overflows)
+    print(f"\necho: residual rms per period {[round(v, 4) for v in levels]}, xruns {xruns}")
     # Without the canceller the monitor returns it at rms ~0.14. With the alignment locked,
-    # AEC3 has it from the second period on (seen: 0.0 from there, the first 0.03-0.06).
-    assert max(levels[2:]) < 0.14 * 0.1  # > 20 dB down from the third period on
+    # AEC3 has it from the second period on (seen: 0.0 from there, the first 0.03-0.06), and
+    # keeps it > 20 dB down from the third period on, as long as the devices run clean.
+    down = 0.14 * 0.1
+    first = next((k for k, n in enumerate(xruns) if n), len(xruns))
+    assert max(levels[2:first], default=0.0) < down
+    # A host that starves the callbacks (an xrun) moves the echo against the far end, which
+    # AEC3 must find again (seen: 4 periods): the echo is > 20 dB down again by the end.
+    if first <= 6:
+        assert max(levels[-3:]) < down
 
 
 def test_a_wav_played_into_the_virtual_mic_is_heard(
