@@ -1,29 +1,42 @@
-"""MiniCPM-o 4.5's 1-s unit on its real model code with random weights: LLM side vs Token2Wav.
+"""MiniCPM-o 4.5's 1-s unit on its real model code with random weights: stages, floor, peers.
 
-    python3 bench/minicpmo45.py --code DIR --out bench/results/minicpmo45_h200.json     # GPU
-    python3 bench/minicpmo45.py --code DIR --out /tmp/m.json --device cpu --size tiny --units 6
+    python3 bench/minicpmo45.py --code .vendor/minicpmo45 --out OUT/minicpmo45_h200.json   # GPU
+    python3 bench/minicpmo45.py --code DIR --out /tmp/m.json --device cpu --size tiny --units 4
 
-``--code`` is a folder with the model's public code (OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/``: the
-``*.py`` files, ``vocab.json``, ``merges.txt`` and the tokenizer/processor JSON files). It is
-never committed: put it in an ignored folder and hand it to the GPU machine with the device
-tool's ``carry``, with transformers 4.51.0 and its dependencies as wheels in ``.whl/``
-(``bench/README.md``). No hub: the checkpoint folder is written here.
+``--code`` is a folder with the model's public code (``bench/kit.sh`` makes it in
+``.vendor/minicpmo45``: OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/`` with the ``as_duplex`` shim). It is
+never committed; the GPU machine gets it, and transformers 4.51.0 as wheels in ``.whl/``, through
+the device tool's ``carry``. No hub: the checkpoint folder is written here (``--work``, by default
+in ``/dev/shm`` where it exists: ~17 GB at the released shapes, written and read back in memory).
 
-The script writes a checkpoint folder under ``--work``: the code, a ``config.json`` at ``--size``
-(``tiny``: a 2-layer LLM of width 64, a 1-layer audio encoder and TTS; ``released``: the
-published shapes — Qwen3-8B, Whisper-medium encoder, a 20-layer TTS — as far as the public code
-states them) and random bf16 weights as safetensors, made by the model class of the folder's own
-code (and, for a ``full`` decoder, ``assets/token2wav`` with our Token2Wav's seeded random weights
-at the released sizes). Then it loads that folder through the family face as the app does
-(consent given, our Token2Wav at ``--decoder`` size, warm-up), and runs ``--units`` units of the
-demo talk through the loop under each arm in turn (``eager`` first, with the stock envelope,
-then a live switch; the first ``--settle`` units of each arm are not counted: a replay arm
-captures there).
+The checkpoint: the code, a ``config.json`` at ``--size`` (``tiny``: a 2-layer LLM of width 64, a
+1-layer audio encoder and TTS; ``released``: Qwen3-8B, Whisper-medium encoder, a 20-layer TTS, as
+far as the public code states them), random bf16 weights made by the folder's own model class, and
+(for a ``full`` decoder) ``assets/token2wav`` with our Token2Wav's seeded random weights at the
+released sizes. It is loaded through the family face as the app loads it (consent given, warm-up).
 
-Per arm: per-unit p50/p95/max of the unit, of ``backbone`` (the checkpoint's code: audio
-encoder, LLM decode, TTS head) and of ``synthesis`` (our Token2Wav: flow and vocoder), and the
-peak GPU memory. Random weights speak every unit (the worst case for the LLM side: ~20 decode
-steps and the TTS head's 26); the text is noise.
+Phases, each written to ``--out`` as it ends (a run cut by the device limit keeps what it measured):
+
+1. ``arms``: each arm in ``--arms`` (eager first: it loads the stock envelope, so every arm can be
+   switched to live) runs the same talk from a new conversation, re-seeded: ``--settle`` units
+   (a replay arm captures there), then ``--units`` counted units, every one speaking (random
+   weights speak every unit: the worst case), then ``--listen`` counted units forced to listen
+   (the vendor's own ``force_listen_count``). Per unit: the unit, and its split into
+   ``audio_encoder``, ``llm_prefill``, ``llm_decode``, ``tts_head`` (the checkpoint's code or the
+   family's rules, whichever runs; device synchronized at each stage's edges) and ``token2wav``
+   (our synthesis span); p50/p95/p99 of each; peak memory from an emptied cache; the text tokens,
+   speech tokens and PCM of every unit compared with eager's (``torch.equal`` / bytes).
+2. ``floor``: one settled eager speaking unit and one listening unit under torch.profiler: the
+   summed device time of their kernels (the exact-replay floor), per stage and in all.
+3. ``peers`` on the same weights, Token2Wav under ``--peer-arm``: the vendor's own loop (its
+   ``StreamDecoder`` with a ``DynamicCache``, HF eager), the vendor's ``torch.compile`` path as
+   its ``docs/en/compile.md`` configures it (``llm.model`` and ``tts.model`` compiled with
+   ``mode="default", dynamic=True``, TF32 matmuls), and HF ``StaticCache`` + ``torch.compile``
+   (``mode="reduce-overhead"``) on the LLM's one-token step. Each: the same figures, and token
+   agreement with eager (units equal, the first divergence).
+
+Response latency (end of the user's speech to first audio) per arm and peer: from the talk's
+schedule, each unit starting when its second of audio is in and the previous unit is done.
 """
 
 from __future__ import annotations
@@ -34,11 +47,14 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -213,15 +229,17 @@ def write_token2wav(folder: Path, seed: int) -> None:
     torch.save(hift_state, folder / "hift_original.pt")
 
 
+STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
+SPLIT = (*STAGES, "token2wav")
+
+
 def quantiles(values: list[float]) -> dict[str, float]:
+    """p50/p95/p99/max in ms of values in seconds."""
     a = np.asarray(values, dtype=np.float64) * 1e3
     if a.size == 0:
         return {}
-    return {
-        "p50_ms": round(float(np.quantile(a, 0.5)), 2),
-        "p95_ms": round(float(np.quantile(a, 0.95)), 2),
-        "max_ms": round(float(a.max()), 2),
-    }
+    q = {f"p{k}_ms": round(float(np.quantile(a, k / 100)), 2) for k in (50, 95, 99)}
+    return q | {"max_ms": round(float(a.max()), 2), "n": int(a.size)}
 
 
 def stage_seconds(outcome: PeriodOutcome, name: str) -> float:
@@ -229,22 +247,345 @@ def stage_seconds(outcome: PeriodOutcome, name: str) -> float:
     return float(sum(s["dur_us"] for s in spans if s["name"] == name and s["depth"] == 0)) / 1e6
 
 
+class StageClock:
+    """Wall time of the backbone's stages in each unit: wrappers (instance attributes) around the
+    duplex object's audio encoder, its decoder's ``feed`` and ``decode``, and the TTS head's
+    ``generate_chunk``, whichever code sits there (the vendor's, or the family's rules). A
+    ``feed`` counts as ``llm_prefill`` inside ``streaming_prefill`` and as ``llm_decode`` inside
+    ``streaming_generate``. The device is synchronized at each stage's edges (the vendor's loop
+    synchronizes every token anyway, by ``.item()``); each stage is also a profiler range."""
+
+    def __init__(self, duplex: Any, cuda: bool) -> None:
+        self.duplex, self.cuda = duplex, cuda
+        self.unit = dict.fromkeys(STAGES, 0.0)
+        self.phase = "llm_prefill"
+
+    def install(self) -> None:
+        """Wrap what is there now; again after a switch put other code in place (idempotent)."""
+        d = self.duplex
+        self._wrap(d, "streaming_prefill", None, "llm_prefill")
+        self._wrap(d, "streaming_generate", None, "llm_decode")
+        self._wrap(d.model, "get_audio_embedding_streaming", "audio_encoder", None)
+        self._wrap(d.decoder, "feed", "", None)
+        self._wrap(d.decoder, "decode", "llm_decode", None)
+        self._wrap(d.model.tts, "generate_chunk", "tts_head", None)
+
+    def take(self) -> dict[str, float]:
+        """This unit's seconds per stage; zeroed for the next."""
+        unit, self.unit = self.unit, dict.fromkeys(STAGES, 0.0)
+        return unit
+
+    def _wrap(self, owner: Any, name: str, stage: str | None, phase: str | None) -> None:
+        inner = getattr(owner, name)
+        if getattr(inner, "_stage_clock", None) is self:
+            return
+        clock = self
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if phase is not None:
+                clock.phase = phase
+                return inner(*args, **kwargs)
+            where = stage or clock.phase
+            clock._sync()
+            t0 = time.perf_counter()
+            with torch.profiler.record_function(f"stage:{where}"):
+                out = inner(*args, **kwargs)
+                clock._sync()
+            clock.unit[where] += time.perf_counter() - t0
+            return out
+
+        wrapped._stage_clock = self  # type: ignore[attr-defined]
+        setattr(owner, name, wrapped)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def speech_ends(units: int, seed: int) -> list[float]:
+    """Seconds into the talk where each of the user's utterances ends (the demo's schedule)."""
+    from app.demo import RATE, talk_parts
+
+    ends, at = [], 0
+    for k, part in enumerate(talk_parts(units, seed)):
+        at += part.size
+        if k % 2 == 1 and part.size:  # parts: silence, utterance, pause, utterance, ...
+            ends.append(at / RATE)
+    return [e for e in ends if e < units]
+
+
+def response_latency(processing: list[float], spoke: list[bool], ends: list[float]) -> list[float]:
+    """End of each utterance to the first audio after it: unit k's second is in at k + 1 s, and
+    its work starts then or when unit k - 1's ends, whichever is later; a speaking unit's audio
+    is out when its work ends."""
+    done, finish = 0.0, []
+    for k, seconds in enumerate(processing):
+        done = max(float(k + 1), done) + seconds
+        finish.append(done)
+    latencies = []
+    for end in ends:
+        first = next((finish[k] for k in range(int(end), len(finish)) if spoke[k]), None)
+        if first is not None:
+            latencies.append(first - end)
+    return latencies
+
+
+class Session:
+    """The loaded model, its loop and what each unit produced."""
+
+    def __init__(self, loaded: Any, args: argparse.Namespace) -> None:
+        self.loaded, self.args = loaded, args
+        self.cuda = args.device.startswith("cuda")
+        self.backbone = loaded.model.backbone
+        self.duplex = self.backbone.duplex
+        self.rules = getattr(self.backbone, "rules", None)  # the family's backbone rules, if any
+        self.clock = StageClock(self.duplex, self.cuda)
+        self.metrics = Metrics(loaded.model.period_s, device=args.device, arm=str(args.arms[0]))
+        self.loop = DuplexLoop(loaded.model, self.metrics, loaded.replay, None)
+        n = args.settle + args.units + args.listen
+        self.talk = talk_periods(n, args.seed)
+        self.ends = [e - args.settle for e in speech_ends(n, args.seed) if e >= args.settle + 1]
+
+    def conversation(self, arm: Arm, label: str) -> dict[str, Any]:
+        """A new conversation under ``arm``, re-seeded: settle, counted speaking units, counted
+        listening units. Figures and every counted unit's outputs."""
+        args = self.args
+        self.loop.request_arm(arm)
+        torch.manual_seed(args.seed)
+        self.loop.reset()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        units: list[dict[str, Any]] = []
+        for k in range(args.settle + args.units + args.listen):
+            listen = k >= args.settle + args.units
+            units.append(self.unit(self.talk[k], listen))
+        counted = units[args.settle :]
+        speak = [u for u in counted if not u["forced_listen"]]
+        listen_units = [u for u in counted if u["forced_listen"]]
+        figures: dict[str, Any] = {
+            "speaking_unit": {
+                "unit": quantiles([u["seconds"] for u in speak]),
+                **{s: quantiles([u["split"][s] for u in speak]) for s in SPLIT},
+                "spoke": sum(u["spoke"] for u in speak),
+                "decode_tokens_p50": float(np.median([len(u["text"]) for u in speak] or [0])),
+                "speech_tokens_p50": float(np.median([len(u["speech"]) for u in speak] or [0])),
+            },
+            "listening_unit": {
+                "unit": quantiles([u["seconds"] for u in listen_units]),
+                **{s: quantiles([u["split"][s] for u in listen_units]) for s in SPLIT},
+                "spoke": sum(u["spoke"] for u in listen_units),
+            },
+            "response_latency": quantiles(
+                response_latency(
+                    [u["seconds"] for u in speak], [u["spoke"] for u in speak], self.ends
+                )
+            ),
+        }
+        if self.cuda:
+            figures["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
+            figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / 2**20)
+        if self.rules is not None and callable(getattr(self.rules, "stats", None)):
+            stats = self.rules.stats()
+            figures["rules"] = {k: stats.get(k) for k in ("replay", "fallbacks", "window", "carry")}
+        print(label, json.dumps(figures), file=sys.stderr)
+        return {"figures": figures, "units": units}
+
+    def unit(self, mic: np.ndarray, listen: bool) -> dict[str, Any]:
+        """One unit through the loop; ``listen``: the vendor's forced listen for this unit."""
+        duplex = self.duplex
+        forced = duplex.force_listen_count
+        if listen:  # the vendor forces listen while its count of generate calls is under this
+            duplex.force_listen_count = duplex._streaming_generate_count + 1
+        self.clock.install()
+        self.clock.take()
+        before = len(duplex.total_ids)
+        try:
+            outcome = self.loop.step(mic)
+        finally:
+            duplex.force_listen_count = forced
+        handoffs = self.backbone._handoffs
+        speech = handoffs[0].tokens.flatten().tolist() if handoffs else []
+        split = self.clock.take() | {"token2wav": stage_seconds(outcome, "synthesis")}
+        return {
+            "seconds": outcome.record.processing_s,
+            "split": split,
+            "text": [int(t) for t in duplex.total_ids[before:]],
+            "speech": [int(t) for t in speech],
+            "pcm": np.asarray(outcome.pcm).tobytes(),
+            "spoke": bool(speech) or outcome.phase == "speak",
+            "forced_listen": listen,
+        }
+
+
+def agreement(units: list[dict[str, Any]], reference: list[dict[str, Any]]) -> dict[str, Any]:
+    """Units whose text tokens, speech tokens and PCM equal the reference's; the first
+    divergence (unit, what, index)."""
+    equal = {"text": 0, "speech": 0, "pcm": 0, "all": 0}
+    first: dict[str, Any] | None = None
+    for k, (u, r) in enumerate(zip(units, reference, strict=True)):
+        same = {key: u[key] == r[key] for key in ("text", "speech", "pcm")}
+        for key, ok in same.items():
+            equal[key] += ok
+        equal["all"] += all(same.values())
+        if first is None and not all(same.values()):
+            what = next(key for key, ok in same.items() if not ok)
+            index = None
+            if what != "pcm":
+                pairs = zip(u[what], r[what], strict=False)
+                index = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+                if index is None:
+                    index = min(len(u[what]), len(r[what]))
+            first = {"unit": k, "what": what, "index": index}
+    return {"units": len(units), "equal": equal, "first_divergence": first}
+
+
+def floor(session: Session, listen: bool) -> dict[str, Any]:
+    """Summed device time of one eager unit's kernels (torch.profiler), per stage and in all."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        unit = session.unit(session.talk[session.args.settle], listen)
+    events = prof.events()
+    ranges = [
+        (e.name.removeprefix("stage:"), e.time_range.start, e.time_range.end)
+        for e in events
+        if e.name.startswith("stage:") and e.device_type == torch.autograd.DeviceType.CPU
+    ]
+    device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    per = dict.fromkeys((*STAGES, "other"), 0.0)
+    for e in device:
+        where = next((r[0] for r in ranges if r[1] <= e.time_range.start < r[2]), "other")
+        per[where] += e.time_range.elapsed_us() / 1e3
+    return {
+        "floor_ms": round(sum(per.values()), 2),
+        "per_stage_ms": {k: round(v, 2) for k, v in per.items()},
+        "kernels": len(device),
+        "unit_ms_profiled": round(unit["seconds"] * 1e3, 2),
+    }
+
+
+@contextmanager
+def vendor_mode(session: Session) -> Iterator[None]:
+    """The vendor's own loop for the block (the family's rules off, where they exist)."""
+    rules = session.rules
+    if rules is None or not callable(getattr(rules, "use_vendor", None)):
+        yield
+        return
+    rules.use_vendor(True)
+    try:
+        yield
+    finally:
+        rules.use_vendor(False)
+
+
+@contextmanager
+def vendor_compile(session: Session) -> Iterator[None]:
+    """The vendor's ``apply_torch_compile`` (``modeling_minicpmo_unified.py``) on this model:
+    ``llm.model`` and ``tts.model`` compiled with mode="default", dynamic=True, TF32 matmuls."""
+    model = session.duplex.model
+    llm, tts = model.llm.model, model.tts.model
+    precision = torch.get_float32_matmul_precision()
+    model.llm.model = torch.compile(llm, mode="default", dynamic=True)
+    model.tts.model = torch.compile(tts, mode="default", dynamic=True)
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        model.llm.model, model.tts.model = llm, tts
+        torch.set_float32_matmul_precision(precision)
+
+
+class StaticFeed:
+    """HF's recipe on the vendor's decoder: a ``StaticCache`` for the LLM and its one-token step
+    under ``torch.compile(mode="reduce-overhead")``; prefill runs the same forward eagerly on the
+    same cache. Installed as the decoder's ``feed`` and ``get_cache_length``."""
+
+    def __init__(self, decoder: Any, capacity: int) -> None:
+        from transformers import StaticCache
+
+        self.decoder, self.llm, self.length = decoder, decoder.m, 0
+        self.cache = StaticCache(
+            config=self.llm.config, max_batch_size=1, max_cache_len=capacity,
+            device=self.llm.device, dtype=self.llm.dtype,
+        )  # fmt: skip
+        self.step = torch.compile(self.forward, mode="reduce-overhead", fullgraph=True)
+
+    def forward(self, embeds: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        out = self.llm.model(
+            inputs_embeds=embeds, position_ids=positions[None], cache_position=positions,
+            past_key_values=self.cache, use_cache=True, return_dict=True,
+        )  # fmt: skip
+        hidden = out.last_hidden_state
+        return self.llm.lm_head(hidden[:, -1:])[:, -1], hidden
+
+    def feed(self, embeds: Tensor, return_logits: bool = False) -> Any:
+        n = embeds.size(0)
+        if self.length == 0:
+            self.cache.reset()
+        positions = torch.arange(self.length, self.length + n, device=embeds.device)
+        if self.length + n > self.cache.max_cache_len:
+            raise RuntimeError(f"StaticCache peer: {self.length + n} > {self.cache.max_cache_len}")
+        run = self.step if n == 1 else self.forward
+        logits, hidden = run(embeds[None], positions)
+        self.length += n
+        self.decoder.cache = None
+        if return_logits:
+            return logits.clone(), hidden.clone()
+        return None
+
+    def get_cache_length(self) -> int:
+        return self.length
+
+
+@contextmanager
+def static_cache(session: Session, capacity: int) -> Iterator[None]:
+    """:class:`StaticFeed` in the decoder for the block; what was there before, after."""
+    decoder = session.duplex.decoder
+    static = StaticFeed(decoder, capacity)
+    reset = decoder.reset
+    names = ("feed", "get_cache_length", "reset")
+    before = {name: decoder.__dict__[name] for name in names if name in decoder.__dict__}
+
+    def reset_all() -> None:
+        reset()
+        static.length = 0
+
+    decoder.feed, decoder.get_cache_length, decoder.reset = (
+        static.feed, static.get_cache_length, reset_all,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        for name in names:
+            decoder.__dict__.pop(name, None)
+        decoder.__dict__.update(before)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--code", type=Path, required=True, help="the model's public code")
     parser.add_argument("--out", type=Path, required=True, help="result JSON")
-    parser.add_argument("--work", type=Path, help="where the checkpoint is written (temp dir)")
+    parser.add_argument("--work", type=Path, help="where the checkpoint is written")
     parser.add_argument("--size", default="released", choices=tuple(SIZES))
     parser.add_argument("--decoder", default=None, choices=("full", "small"))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--arms", default="eager,SRc")
-    parser.add_argument("--units", type=int, default=40, help="counted units per arm")
-    parser.add_argument("--settle", type=int, default=3, help="uncounted units after a switch")
+    parser.add_argument("--arms", default="eager,SRc,R,Rc,SR,S")
+    parser.add_argument("--units", type=int, default=20, help="counted speaking units per arm")
+    parser.add_argument("--listen", type=int, default=5, help="counted listening units per arm")
+    parser.add_argument("--settle", type=int, default=2, help="uncounted units after a switch")
+    parser.add_argument("--peers", default="vendor_eager,hf_static_compile,vendor_compile")
+    parser.add_argument("--peer-arm", default="SRc", help="Token2Wav's arm under the peers")
+    parser.add_argument("--peer-units", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    arms = [Arm.parse(a) for a in args.arms.split(",")]
+    args.arms = [Arm.parse(a) for a in args.arms.split(",")]
     decoder = args.decoder or ("full" if args.device.startswith("cuda") else "small")
-    work = args.work or Path(tempfile.mkdtemp(prefix="minicpmo45-"))
+    shm = Path("/dev/shm")
+    work = args.work or Path(
+        tempfile.mkdtemp(prefix="minicpmo45-", dir=shm if shm.is_dir() else None)
+    )
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
@@ -252,54 +593,81 @@ def main(argv: list[str] | None = None) -> int:
     if decoder == "full":
         write_token2wav(folder / TOKEN2WAV_FOLDER, args.seed)
     request = ModelRequest(
-        device=args.device, model_size=decoder, checkpoint=folder, arm=arms[0],
+        device=args.device, model_size=decoder, checkpoint=folder, arm=args.arms[0],
         seed=args.seed, trust_checkpoint_code=True,
     )  # fmt: skip
-    cuda = args.device.startswith("cuda")
     t0 = time.perf_counter()
     loaded = family("minicpmo45").load(request, lambda stage, fraction: None)
     load_s = time.perf_counter() - t0
     print(f"loaded and warmed up in {load_s:.0f} s", file=sys.stderr)
-    metrics = Metrics(loaded.model.period_s, device=args.device, arm=str(arms[0]))
-    loop = DuplexLoop(loaded.model, metrics, loaded.replay, None)
-    talk = talk_periods(len(arms) * (args.units + args.settle), args.seed)
+    session = Session(loaded, args)
     result: dict[str, Any] = {
         **environment(" ".join(["python3", "bench/minicpmo45.py", *(argv or sys.argv[1:])])),
         "size": args.size,
         "decoder": decoder,
         "weights": "random (the real model code, no checkpoint)",
         "import_stand_ins": stand_ins,
+        "family_rules": session.rules is not None,
         "build_s": round(build_s, 1),
         "load_s": round(load_s, 1),
         "facts": loaded.facts,
         "warmup": loaded.warmup,
+        "split_note": "stages synchronized at their edges; token2wav = our synthesis span",
         "arms": {},
+        "peers": {},
     }
-    k = 0
-    for arm in arms:
-        loop.request_arm(arm)
-        outcomes: list[PeriodOutcome] = []
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        for i in range(args.settle + args.units):
-            outcome = loop.step(talk[k])
-            k += 1
-            if i >= args.settle:
-                outcomes.append(outcome)
-        figures = {
-            "unit": quantiles([o.record.processing_s for o in outcomes]),
-            "backbone": quantiles([stage_seconds(o, "backbone") for o in outcomes]),
-            "synthesis": quantiles([stage_seconds(o, "synthesis") for o in outcomes]),
-            "speaking_units": sum(o.phase == "speak" for o in outcomes),
-            "calls": sum(len(o.calls) for o in outcomes),
-        }
-        if cuda:
-            figures["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        result["arms"][str(arm)] = figures
-        print(arm, json.dumps(figures), file=sys.stderr)
+    if args.work is None:
+        shutil.rmtree(folder, ignore_errors=True)  # loaded: free /dev/shm for the run
+    reference: list[dict[str, Any]] | None = None
+    for arm in args.arms:
+        run = session.conversation(arm, str(arm))
+        units = run["units"][args.settle :]
+        reference = reference or units
+        run["figures"]["exact_vs_eager"] = agreement(units, reference)
+        result["arms"][str(arm)] = run["figures"]
         result["replay"] = loaded.replay.snapshot()["total"] if loaded.replay is not None else {}
-        write(args.out, result)  # after each arm: a run cut short keeps what it measured
+        write(args.out, result)  # after each phase: a run cut short keeps what it measured
+    if session.cuda:
+        session.loop.request_arm(Arm.EAGER)
+        session.loop.reset()
+        for k in range(args.settle):
+            session.unit(session.talk[k], False)
+        result["floor"] = {
+            "speaking_unit": floor(session, False),
+            "listening_unit": floor(session, True),
+        }
+        print("floor", json.dumps(result["floor"]), file=sys.stderr)
+        write(args.out, result)
+    peers = [p for p in args.peers.split(",") if p]
+    args.units, args.listen = args.peer_units, 0
+    for name in peers:
+        t0 = time.perf_counter()
+        with vendor_mode(session), peer(name, session):
+            run = session.conversation(Arm.parse(args.peer_arm), name)
+        units = run["units"][args.settle :]
+        if reference is not None:
+            run["figures"]["agreement_vs_eager"] = agreement(units, reference[: len(units)])
+        run["figures"]["wall_s"] = round(time.perf_counter() - t0, 1)
+        result["peers"][name] = run["figures"]
+        write(args.out, result)
     return 0
+
+
+@contextmanager
+def peer(name: str, session: Session) -> Iterator[None]:
+    if name == "vendor_eager":
+        yield
+    elif name == "vendor_compile":
+        with vendor_compile(session):
+            yield
+    elif name == "hf_static_compile":
+        capacity = 4096 if session.args.size == "released" else 1024
+        with static_cache(session, capacity):
+            yield
+    else:
+        raise SystemExit(
+            f"unknown peer {name!r}: choose vendor_eager, vendor_compile or hf_static_compile"
+        )
 
 
 def write(path: Path, result: dict[str, Any]) -> None:
