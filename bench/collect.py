@@ -12,8 +12,7 @@ def summarize(out: Path) -> dict[str, object]:
     """Pass/fail per GPU test plus the figures the tests recorded, with the run's environment."""
     summary: dict[str, object] = json.loads((out / "env.json").read_text())
     tests: dict[str, str] = {}
-    junit = out / "gpu_tests.xml"
-    if junit.exists():
+    for junit in sorted(out.glob("gpu_tests*.xml")):  # one file per process of tests
         for case in ET.parse(junit).getroot().iter("testcase"):
             name = f"{case.get('classname')}::{case.get('name')}"
             verdict = "passed"

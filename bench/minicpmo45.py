@@ -350,9 +350,7 @@ class Session:
         """A new conversation under ``arm``, re-seeded: settle, counted speaking units, counted
         listening units. Figures and every counted unit's outputs."""
         args = self.args
-        self.loop.request_arm(arm)
-        torch.manual_seed(args.seed)
-        self.loop.reset()
+        self.fresh(arm, args.seed)
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -392,6 +390,17 @@ class Session:
         print(label, json.dumps(figures), file=sys.stderr)
         return {"figures": figures, "units": units}
 
+    def fresh(self, arm: Arm, seed: int) -> None:
+        """A new conversation under ``arm`` from the same state as every other: re-seeded, and
+        the audio encoder's streaming cache dropped too. The vendor's ``prepare`` (our new
+        conversation) keeps that cache (``model.audio_past_key_values``; only its
+        ``reset_session`` drops it), so a new conversation's audio embeddings depend on the one
+        before, and no two arms would start alike."""
+        self.loop.request_arm(arm)
+        torch.manual_seed(seed)
+        self.loop.reset()
+        self.duplex.model.audio_past_key_values = None
+
     def unit(self, mic: np.ndarray, listen: bool) -> dict[str, Any]:
         """One unit through the loop; ``listen``: the vendor's forced listen for this unit."""
         duplex = self.duplex
@@ -414,7 +423,7 @@ class Session:
             "text": [int(t) for t in duplex.total_ids[before:]],
             "speech": [int(t) for t in speech],
             "pcm": np.asarray(outcome.pcm).tobytes(),
-            "spoke": bool(speech) or outcome.phase == "speak",
+            "spoke": bool(outcome.calls),  # a Token2Wav call: audio out in this unit
             "forced_listen": listen,
         }
 
@@ -628,8 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         result["replay"] = loaded.replay.snapshot()["total"] if loaded.replay is not None else {}
         write(args.out, result)  # after each phase: a run cut short keeps what it measured
     if session.cuda:
-        session.loop.request_arm(Arm.EAGER)
-        session.loop.reset()
+        session.fresh(Arm.EAGER, args.seed)
         for k in range(args.settle):
             session.unit(session.talk[k], False)
         result["floor"] = {

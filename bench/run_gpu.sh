@@ -8,7 +8,11 @@
 #   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
 #   DUPLEXCADENCE_BENCH=all     both (the default)
 #   DUPLEXCADENCE_BENCH=moshi   only bench/moshi.py (about 5 minutes; the 7B needs ~17 GB)
-#   DUPLEXCADENCE_BENCH_ARGS    extra arguments for bench/token2wav.py (e.g. "--profile eager S")
+#   DUPLEXCADENCE_BENCH=minicpmo45  bench/minicpmo45.py on GPU 0 and tests/gpu/test_minicpmo45_gpu.py
+#                               on GPU 1 (its seeds on GPUs 1 and 2 where there are three), each
+#                               loading its own 17 GB; in turn on one GPU. Needs .vendor/minicpmo45
+#                               (bench/kit.sh)
+#   DUPLEXCADENCE_BENCH_ARGS    extra arguments for the benchmark (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
 # installed into a private folder first. Nothing here needs the network.
@@ -52,5 +56,35 @@ fi
 if [[ "$what" == moshi ]]; then
     python3 bench/moshi.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/moshi.log" | grep -v '^capture'
     ((PIPESTATUS[0] == 0)) || status=1
+fi
+if [[ "$what" == minicpmo45 ]]; then
+    # The bench on GPU 0; the GPU test on GPU 1, or its two seeds on GPUs 1 and 2 where there are
+    # three or more; all in turn on one GPU. Each process stops by DUPLEXCADENCE_MO45_LIMIT_S
+    # (the bench writes its JSON after each phase).
+    limit=(timeout -k 10 "${DUPLEXCADENCE_MO45_LIMIT_S:-510}")
+    bench() {
+        CUDA_VISIBLE_DEVICES="$1" "${limit[@]}" python3 bench/minicpmo45.py \
+            --code .vendor/minicpmo45 --out "$out/minicpmo45_h200.json" \
+            ${DUPLEXCADENCE_BENCH_ARGS:-} > "$out/minicpmo45.log" 2>&1
+    }
+    tests() {  # GPU, name, pytest args
+        CUDA_VISIBLE_DEVICES="$1" "${limit[@]}" python3 -m pytest -m gpu -p no:cacheprovider -q \
+            tests/gpu/test_minicpmo45_gpu.py --junitxml="$out/gpu_tests$2.xml" "${@:3}" \
+            > "$out/gpu_tests$2.log" 2>&1
+    }
+    gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    pids=()
+    if ((gpus >= 3)); then
+        tests 1 _seed0 -k seed0 "$@" & pids+=($!)
+        tests 2 _seed1 -k seed1 "$@" & pids+=($!)
+    elif ((gpus == 2)); then
+        tests 1 "" "$@" & pids+=($!)
+    fi
+    bench 0 || status=1
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    ((gpus >= 2)) || tests 0 "" "$@" || status=1
+    grep -v '^capture' "$out/minicpmo45.log" | tail -40
+    tail -n 15 "$out"/gpu_tests*.log
+    python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
 fi
 exit "$status"

@@ -84,9 +84,7 @@ def script(session: Any, arm: Arm, seed: int) -> list[dict[str, Any]]:
     barge-in at ``BARGE_IN_AT``, a new conversation at ``NEW_CONVERSATION_AT``."""
     from app.demo import talk_periods
 
-    session.loop.request_arm(arm)
-    torch.manual_seed(seed)
-    session.loop.reset()
+    session.fresh(arm, seed)
     units = []
     for k, mic in enumerate(talk_periods(UNITS, seed)):
         if k == BARGE_IN_AT:
