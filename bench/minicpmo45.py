@@ -400,6 +400,8 @@ class Session:
         torch.manual_seed(seed)
         self.loop.reset()
         self.duplex.model.audio_past_key_values = None
+        if callable(getattr(self.rules, "reset_stats", None)):
+            self.rules.reset_stats()  # the rules' counters from this conversation on
 
     def unit(self, mic: np.ndarray, listen: bool) -> dict[str, Any]:
         """One unit through the loop; ``listen``: the vendor's forced listen for this unit."""
