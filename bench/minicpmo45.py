@@ -464,7 +464,13 @@ def floor(session: Session, listen: bool) -> dict[str, Any]:
         for e in events
         if e.name.startswith("stage:") and e.device_type == torch.autograd.DeviceType.CPU
     ]
-    device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    device = [
+        e
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA  # kernels, copies, sets
+        and not getattr(e, "is_user_annotation", False)  # not a range's shadow on the GPU
+        and not e.name.startswith("stage:")
+    ]
     per = dict.fromkeys((*STAGES, "other"), 0.0)
     for e in device:
         where = next((r[0] for r in ranges if r[1] <= e.time_range.start < r[2]), "other")
