@@ -42,6 +42,7 @@ schedule, each unit starting when its second of audio is in and the previous uni
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -339,6 +340,10 @@ class Session:
         self.backbone = loaded.model.backbone
         self.duplex = self.backbone.duplex
         self.rules = getattr(self.backbone, "rules", None)  # the family's backbone rules, if any
+        if getattr(args, "greedy", False):  # the vendor's greedy text decoding, every arm and peer
+            self.duplex.streaming_generate = functools.partial(
+                self.duplex.streaming_generate, decode_mode="greedy"
+            )
         self.clock = StageClock(self.duplex, self.cuda)
         self.metrics = Metrics(loaded.model.period_s, device=args.device, arm=str(args.arms[0]))
         self.loop = DuplexLoop(loaded.model, self.metrics, loaded.replay, None)
@@ -596,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-arm", default="SRc", help="Token2Wav's arm under the peers")
     parser.add_argument("--peer-units", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--greedy", action="store_true", help="greedy LLM text (else sampled)")
     args = parser.parse_args(argv)
     args.arms = [Arm.parse(a) for a in args.arms.split(",")]
     decoder = args.decoder or ("full" if args.device.startswith("cuda") else "small")
@@ -630,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         "facts": loaded.facts,
         "warmup": loaded.warmup,
         "split_note": "stages synchronized at their edges; token2wav = our synthesis span",
+        "llm_decoding": "greedy" if args.greedy else "sampled (the vendor's defaults)",
         "arms": {},
         "peers": {},
     }
