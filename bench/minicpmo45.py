@@ -48,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -665,8 +666,15 @@ def main(argv: list[str] | None = None) -> int:
     args.units, args.listen = args.peer_units, 0
     for name in peers:
         t0 = time.perf_counter()
-        with vendor_mode(session), peer(name, session):
-            run = session.conversation(Arm.parse(args.peer_arm), name)
+        try:
+            with vendor_mode(session), peer(name, session):
+                run = session.conversation(Arm.parse(args.peer_arm), name)
+        except Exception as error:  # a peer that fails is reported; the next one still runs
+            traceback.print_exc()
+            first = (str(error).strip().splitlines() or [""])[0]
+            result["peers"][name] = {"error": f"{type(error).__name__}: {first}"[:500]}
+            write(args.out, result)
+            continue
         units = run["units"][args.settle :]
         if reference is not None:
             run["figures"]["agreement_vs_eager"] = agreement(units, reference[: len(units)])
