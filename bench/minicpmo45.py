@@ -350,7 +350,7 @@ class Session:
         self.loop = DuplexLoop(loaded.model, self.metrics, loaded.replay, None)
         n = args.settle + args.units + args.listen
         self.talk = talk_periods(n, args.seed)
-        self.ends = [e - args.settle for e in speech_ends(n, args.seed) if e >= args.settle + 1]
+        self.ends = [e - args.settle for e in speech_ends(n, args.seed) if e >= args.settle]
 
     def conversation(self, arm: Arm, label: str) -> dict[str, Any]:
         """A new conversation under ``arm``, re-seeded: settle, counted speaking units, counted
