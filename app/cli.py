@@ -26,6 +26,7 @@ from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family_keys
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound
 from engine.declaration_io import load_declaration
+from engine.expr import MAX_LITERAL
 from engine.plan import make_plan, plan_as_dict
 
 if TYPE_CHECKING:
@@ -73,7 +74,14 @@ def _run_plan(args: argparse.Namespace) -> int:
         raise _UsageError(
             f"--set {unknown[0]}: not an operating-point name; expected one of {known}"
         )
-    plan = make_plan(declaration, overrides)
+    try:
+        plan = make_plan(declaration, overrides)
+    except DeclarationError as error:
+        if not overrides:
+            raise
+        make_plan(declaration)  # the declaration alone plans: the --set values are at fault
+        given = " ".join(f"{name}={value}" for name, value in overrides.items())
+        raise _UsageError(f"--set {given}: {error}") from None
     if args.json:
         print(json.dumps(plan_as_dict(plan, with_walk=args.walk), indent=2, ensure_ascii=False))
     else:
@@ -87,6 +95,11 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, int]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
             raise _UsageError(f"--set {item!r}: expected NAME=INTEGER, e.g. --set f_call=50")
+        digits = value.strip().lstrip("-").lstrip("0")
+        if len(digits) > len(str(MAX_LITERAL)):  # before int(): 5000 digits are no size
+            raise _UsageError(
+                f"--set {name.strip()}: {len(digits):,} digits, over the bound {MAX_LITERAL:.0e}"
+            )
         overrides[name.strip()] = int(value)
     return overrides
 
