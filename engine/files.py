@@ -86,6 +86,7 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
     there without ``overwrite``, or a file another run is writing (its lock is held)."""
     if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
+    _check_name(path)
     folder = path.parent
     if not folder.is_dir():
         raise OutputError(f"folder {folder} does not exist: create it (mkdir -p {folder})")
@@ -100,6 +101,35 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
     held = _hold(path)  # raises while another run's writer holds the lock
     if held is not None:
         os.close(held)
+
+
+_TEMP_EXTRA = len(".") + len(".12345678.tmp")  # what _temp_name adds to a name
+
+
+def _check_name(path: Path) -> None:
+    """Refuse a name no run could finish writing, before any work: control characters, bytes
+    that are not UTF-8 (a trace records its outputs' names as UTF-8), or longer than the
+    folder's NAME_MAX less what the temporary name adds (the failure would come at the end)."""
+    name = path.name
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise OutputError(f"{path!s:.60} has a control character in its name: choose a plain name")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise OutputError(
+            f"{name.encode('utf-8', 'surrogateescape')!r} is not UTF-8: choose a UTF-8 name"
+        ) from None
+    folder = path.parent if path.parent.is_dir() else Path(".")
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if size > name_max - _TEMP_EXTRA:
+        raise OutputError(
+            f"{name[:24]}... is {size} bytes long; names in {folder} may have "
+            f"{name_max - _TEMP_EXTRA} (NAME_MAX {name_max} less {_TEMP_EXTRA} for the "
+            "temporary file): choose a shorter name"
+        )
 
 
 def atomic_write(
