@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -143,6 +144,9 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--verbose", action="store_true", help="log replay and audit decisions on stderr"
+    )
+    parser.add_argument(
         "--family", default="synthetic", choices=("synthetic", "lycheefd"),
         help="whose decoder: MiniCPM-o 4.5's (28/25 windows) or Lychee-FD's (13/10)",
     )  # fmt: skip
@@ -159,6 +163,10 @@ def _device(text: str) -> str:
 def _run_synth(args: argparse.Namespace) -> int:
     arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
+
+    if not args.verbose:  # the engine's decisions are in the trace; stderr keeps the progress
+        for name in ("duplexcadence.replay", "duplexcadence.audit"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
     try:
         request = SynthRequest(
