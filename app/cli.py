@@ -142,7 +142,7 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="cuda, cuda:N or cpu (default: cuda if present)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0, help="0 to 2^62 (default 0)")
     parser.add_argument(
         "--verbose", action="store_true", help="log replay and audit decisions on stderr"
     )
@@ -151,6 +151,16 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="whose decoder: MiniCPM-o 4.5's (28/25 windows) or Lychee-FD's (13/10)",
     )  # fmt: skip
     parser.set_defaults(run=_run_synth)
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer from 0 to 2^62 (argparse turns the error into one usage line)."""
+    from app.settings import MAX_SEED
+
+    digits = text.strip().removeprefix("-")
+    if not digits.isdigit() or len(digits) > 19 or not 0 <= int(text) <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text[:24]!r}: give a non-negative integer up to 2^62")
+    return int(text)
 
 
 def _device(text: str) -> str:
@@ -241,7 +251,9 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--host-api", metavar="NAME", help="audio host API (ALSA, JACK, ...)")
     parser.add_argument("--record-audio", type=Path, metavar="DIR", help="mic + assistant WAVs")
     parser.add_argument("--seconds", type=int, metavar="N", help="run exactly N periods")
-    parser.add_argument("--seed", type=int, help="seed of weights, voice and backbone")
+    parser.add_argument(
+        "--seed", type=_seed, help="seed of weights, voice and backbone (0 to 2^62)"
+    )
     parser.add_argument("--settings", type=Path, metavar="YAML", help="settings file to start from")
     parser.add_argument(
         "--force", action="store_true",

@@ -7,6 +7,7 @@ SIGTERM while ``demo`` writes its talk is exit 143, with no cffi traceback and n
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,25 @@ def test_sigterm_while_demo_writes_its_talk(tmp_path: Path) -> None:
     assert "cffi" not in done.stderr and "Ctrl-C" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == "duplexcadence: terminated (SIGTERM)"
     assert list((tmp_path / "out").iterdir()) == []  # the talk's temporary file is gone
+
+
+@pytest.mark.parametrize("command", ["synth", "converse"])
+@pytest.mark.parametrize("seed", [str(2**70), "9" * 5000, "-1"])
+def test_a_huge_seed_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], command: str, seed: str
+) -> None:
+    extra = ["--voice-frames", "10", "--wav", "x.wav"] if command == "synth" else ["--headless"]
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, *extra, "--seed", seed])
+    assert done.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --seed" in err and "give a non-negative integer up to 2^62" in err, err
+
+
+def test_a_huge_seed_in_settings_names_the_key() -> None:
+    from app.settings import Settings, SettingsError, check_settings
+
+    with pytest.raises(
+        SettingsError, match=re.escape("seed = 1.18e+21: give a non-negative integer up to 2^62")
+    ):
+        check_settings(Settings(family="synthetic", seed=2**70))
