@@ -5,9 +5,11 @@ Each subcommand is one ``_add_<name>`` function that registers its arguments and
 writing both and listing the adder in :data:`SUBCOMMANDS`.
 
 Exit status: 0 on success, 1 when a declaration is invalid, 2 on a usage error (including a
-declaration file that does not exist), 70 on an unexpected internal error (one line; set
-``DUPLEXCADENCE_DEBUG=1`` for the traceback), 130 when interrupted. SIGTERM is handled like
-Ctrl-C (a ``KeyboardInterrupt``), so a stopped run closes its files the same way.
+declaration file that does not exist), 70 on an unexpected internal error (a bug: one line; set
+``DUPLEXCADENCE_DEBUG=1`` for the traceback), 74 when the operating system refused a file (its
+own words: "No space left on device"), 130 when interrupted (Ctrl-C), 143 when terminated
+(SIGTERM). SIGTERM raises :class:`app.interrupts.Terminated`, a ``KeyboardInterrupt``, so a
+stopped run closes its files as on Ctrl-C; a conversation it ends still writes its summary.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
@@ -23,9 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family_keys
+from app.interrupts import Terminated
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound
 from engine.declaration_io import load_declaration
+from engine.expr import MAX_LITERAL
 from engine.plan import make_plan, plan_as_dict
 
 if TYPE_CHECKING:
@@ -37,6 +42,7 @@ FAMILY_HELP = (
     + ", ".join(family_keys())
 )
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
+EXIT_OS, EXIT_TERMINATED = 74, 143  # sysexits' EX_IOERR; 128 + SIGTERM, as a shell reports it
 DEBUG_ENV = "DUPLEXCADENCE_DEBUG"  # set it to see the traceback of an unexpected error
 
 
@@ -73,7 +79,14 @@ def _run_plan(args: argparse.Namespace) -> int:
         raise _UsageError(
             f"--set {unknown[0]}: not an operating-point name; expected one of {known}"
         )
-    plan = make_plan(declaration, overrides)
+    try:
+        plan = make_plan(declaration, overrides)
+    except DeclarationError as error:
+        if not overrides:
+            raise
+        make_plan(declaration)  # the declaration alone plans: the --set values are at fault
+        given = " ".join(f"{name}={value}" for name, value in overrides.items())
+        raise _UsageError(f"--set {given}: {error}") from None
     if args.json:
         print(json.dumps(plan_as_dict(plan, with_walk=args.walk), indent=2, ensure_ascii=False))
     else:
@@ -87,6 +100,11 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, int]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip().lstrip("-").isdigit():
             raise _UsageError(f"--set {item!r}: expected NAME=INTEGER, e.g. --set f_call=50")
+        digits = value.strip().lstrip("-").lstrip("0")
+        if len(digits) > len(str(MAX_LITERAL)):  # before int(): 5000 digits are no size
+            raise _UsageError(
+                f"--set {name.strip()}: {len(digits):,} digits, over the bound {MAX_LITERAL:.0e}"
+            )
         overrides[name.strip()] = int(value)
     return overrides
 
@@ -124,12 +142,25 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="cuda, cuda:N or cpu (default: cuda if present)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0, help="0 to 2^62 (default 0)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="log replay and audit decisions on stderr"
+    )
     parser.add_argument(
         "--family", default="synthetic", choices=("synthetic", "lycheefd"),
         help="whose decoder: MiniCPM-o 4.5's (28/25 windows) or Lychee-FD's (13/10)",
     )  # fmt: skip
     parser.set_defaults(run=_run_synth)
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer from 0 to 2^62 (argparse turns the error into one usage line)."""
+    from app.settings import MAX_SEED
+
+    digits = text.strip().removeprefix("-")
+    if not digits.isdigit() or len(digits) > 19 or not 0 <= int(text) <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text[:24]!r}: give a non-negative integer up to 2^62")
+    return int(text)
 
 
 def _device(text: str) -> str:
@@ -142,6 +173,10 @@ def _device(text: str) -> str:
 def _run_synth(args: argparse.Namespace) -> int:
     arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.synth import SynthRequest, load_error, synthesize  # torch only when synthesizing
+
+    if not args.verbose:  # the engine's decisions are in the trace; stderr keeps the progress
+        for name in ("duplexcadence.replay", "duplexcadence.audit"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
     try:
         request = SynthRequest(
@@ -158,7 +193,12 @@ def _run_synth(args: argparse.Namespace) -> int:
             **({"device": args.device} if args.device else {}),
         )
         summary = synthesize(request)
-    except (ValueError, OSError) as error:  # bad request, output, checkpoint or voice prompt
+    except OSError as error:
+        if _os_refused(error):
+            return _os_failed("synth", error)
+        print(load_error(error), file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as error:  # bad request, output, checkpoint or voice prompt
         print(load_error(error), file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as error:  # the run itself failed (e.g. the model produced NaN)
@@ -211,7 +251,9 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--host-api", metavar="NAME", help="audio host API (ALSA, JACK, ...)")
     parser.add_argument("--record-audio", type=Path, metavar="DIR", help="mic + assistant WAVs")
     parser.add_argument("--seconds", type=int, metavar="N", help="run exactly N periods")
-    parser.add_argument("--seed", type=int, help="seed of weights, voice and backbone")
+    parser.add_argument(
+        "--seed", type=_seed, help="seed of weights, voice and backbone (0 to 2^62)"
+    )
     parser.add_argument("--settings", type=Path, metavar="YAML", help="settings file to start from")
     parser.add_argument(
         "--force", action="store_true",
@@ -234,7 +276,7 @@ def _run_converse(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as error:
         return _converse_failed("converse", error)
     print(json.dumps(summary))
-    return EXIT_OK
+    return _stopped(summary)
 
 
 def _converse_failed(command: str, error: Exception) -> int:
@@ -245,6 +287,8 @@ def _converse_failed(command: str, error: Exception) -> int:
     if isinstance(error, AudioError):  # no device, or the device was lost at start
         print(f"duplexcadence {command}: audio: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if isinstance(error, OSError) and _os_refused(error):
+        return _os_failed(command, error)
     if isinstance(error, RuntimeError):  # not the user's input: the run itself failed
         print(f"duplexcadence {command}: failed: {_one_line(error)}", file=sys.stderr)
         return EXIT_INTERNAL
@@ -252,6 +296,32 @@ def _converse_failed(command: str, error: Exception) -> int:
     kind = "settings" if isinstance(error, SettingsError) else "request"
     print(f"duplexcadence {command}: bad {kind}: {_one_line(error)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _os_refused(error: OSError) -> bool:
+    """An error the operating system raised (it carries an errno), not one of ours."""
+    from engine.files import OutputError
+
+    return error.errno is not None and not isinstance(error, OutputError)
+
+
+def _os_failed(command: str, error: OSError) -> int:
+    """The operating system's own words, the file it refused, and what to do."""
+    where = f" ({error.filename})" if error.filename else ""
+    words = error.strerror or os.strerror(error.errno or 0)
+    print(
+        f"duplexcadence {command}: the operating system refused{where}: {words}",
+        file=sys.stderr,
+    )
+    return EXIT_OS
+
+
+def _stopped(summary: dict[str, object]) -> int:
+    """The exit status of a conversation that ran: 143 if SIGTERM ended it, else 0."""
+    if summary.get("stopped_by") == "SIGTERM":
+        print("duplexcadence: terminated (SIGTERM); the files are whole", file=sys.stderr)
+        return EXIT_TERMINATED
+    return EXIT_OK
 
 
 def _one_line(error: BaseException) -> str:
@@ -304,8 +374,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         raise _UsageError(f"--seconds {args.seconds}: run at least one period")
     arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.converse import ConverseRequest, converse
-    from app.demo import demo_dir, write_talk
-    from app.outputs import check_outputs
+    from app.demo import RATE, demo_dir, write_talk
+    from app.outputs import check_outputs, run_bytes
     from app.settings import Settings, check_settings, fall_back
 
     out = args.out or demo_dir()
@@ -321,7 +391,12 @@ def _run_demo(args: argparse.Namespace) -> int:
     try:
         check_settings(settings)  # before anything is written
         out.mkdir(parents=True, exist_ok=True)
-        check_outputs([("--out", out / name) for name in names], force=force)
+        talk_bytes = args.seconds * RATE * 2  # the 16-bit talk, then the answer and traces
+        check_outputs(
+            [("--out", out / name) for name in names],
+            force=force,
+            bytes_needed=talk_bytes + run_bytes(args.seconds + 10, 1, traced=True),
+        )
         talk = write_talk(out / "talk.wav", args.seconds)
         request = ConverseRequest(
             settings=settings,
@@ -335,7 +410,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return _converse_failed("demo", error)
     print(f"demo: files in {out} (open trace.json in ui.perfetto.dev)", file=sys.stderr)
     print(json.dumps(summary))
-    return EXIT_OK
+    return _stopped(summary)
 
 
 def _add_gui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -447,6 +522,9 @@ def _dispatch(argv: list[str]) -> int:
     previous = _terminate_like_ctrl_c()
     try:
         status: int = args.run(args)
+    except Terminated:
+        print("duplexcadence: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("duplexcadence: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -462,6 +540,8 @@ def _dispatch(argv: list[str]) -> int:
     except Exception as error:  # a bug, not the user's input: one line, the traceback on request
         if os.environ.get(DEBUG_ENV):
             raise
+        if isinstance(error, OSError) and _os_refused(error):  # the system's words, not a bug
+            return _os_failed(args.command, error)
         print(
             f"duplexcadence {args.command}: internal error: {type(error).__name__}: "
             f"{_one_line(error)} (run again with {DEBUG_ENV}=1 for the traceback, and report it)",
@@ -475,10 +555,10 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _terminate_like_ctrl_c() -> signal._HANDLER | None:
-    """Make SIGTERM raise ``KeyboardInterrupt`` (main thread only); returns the old handler."""
+    """Make SIGTERM raise :class:`Terminated` (main thread only); returns the old handler."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     try:
         return signal.signal(signal.SIGTERM, interrupt)

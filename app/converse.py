@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.heap import settle_heap
-from app.interrupts import WholeExitStack, interrupts_deferred
+from app.interrupts import WholeExitStack, interrupts_deferred, stopped_by
 from app.outputs import OutputsError, check_outputs, run_bytes
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
@@ -217,15 +217,17 @@ def _converse(session: Session, req: ConverseRequest, tally: Tally) -> tuple[dic
             cancel_playback_echo(source, sink)
         total = _expected_periods(req, source, session)
         bar = PeriodBar("converse", total) if req.progress else None
+        stopped = None
         try:
             _run(session, source, sink, recorders, tally, req, bar)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the end of the conversation
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the end of the conversation
+            stopped = stopped_by(stop)
             if bar is not None:
-                bar.interrupted()
+                bar.interrupted(stopped)
         else:
             if bar is not None:
                 bar.close()
-        stats = _device_stats(source=source, sink=sink)
+        stats = {**_device_stats(source=source, sink=sink), "stopped_by": stopped}
     return stats, getattr(sink, "nonfinite", 0)
 
 

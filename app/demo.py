@@ -80,15 +80,24 @@ def talk_periods(periods: int, seed: int = 0) -> list[np.ndarray]:
 
 def write_talk(path: Path, seconds: float, seed: int = 0) -> Path:
     """The talk as a 16-bit WAV at ``path`` (its folder created; written atomically), streamed
-    part by part: hours of talk in the memory of one utterance."""
-    import soundfile
+    part by part: hours of talk in the memory of one utterance.
+
+    Written with the standard library's ``wave`` (pure Python): ``soundfile`` writing to a file
+    object calls back into Python through cffi, where a SIGTERM or Ctrl-C became a cffi
+    traceback instead of the interrupt that ends the command."""
+    import wave
 
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(f: IO[bytes]) -> None:
-        with soundfile.SoundFile(f, "w", RATE, 1, subtype="PCM_16", format="WAV") as wav:
+        with wave.open(f, "wb") as wav:
+            wav.setnchannels(1)
+            wav.setsampwidth(2)
+            wav.setframerate(RATE)
             for part in talk_parts(seconds, seed):
-                wav.write(np.clip(part, -1.0, 1.0))
+                # libsndfile's float-to-PCM16 (scale 32768, round, clip): the same bytes
+                pcm = np.clip(np.round(part * 32768.0), -32768, 32767).astype("<i2")
+                wav.writeframes(pcm.tobytes())
 
     try:
         return atomic_write(path, write)

@@ -1,10 +1,13 @@
 """Ctrl-C and SIGTERM held back while a few lines finish writing what belongs together.
 
 The headless commands end on Ctrl-C or SIGTERM (``app.cli`` makes SIGTERM raise
-``KeyboardInterrupt`` as Ctrl-C does). Raised at an arbitrary line, such an interrupt could fall
+:class:`Terminated`, a ``KeyboardInterrupt``, so a stopped run closes its files as on Ctrl-C and
+the command still tells the two apart: 130 and "interrupted", 143 and "terminated"). Raised at
+an arbitrary line, such an interrupt could fall
 between a period's trace line and its audio, or inside the closing of an output (the WAV header
 patched, the replacement renamed over the earlier file). :func:`interrupts_deferred` holds the
-first such signal until its block ends, then raises ``KeyboardInterrupt`` there; a second one
+first such signal until its block ends, then raises it there (``KeyboardInterrupt`` or
+:class:`Terminated`); a second one
 during the block raises at once (a stuck block can still be left). It acts on the main thread
 only (the only one Python delivers signals to) and only on signals whose handler raises
 (never on an ignored one: ``nohup`` or a background job stays deaf to Ctrl-C).
@@ -19,9 +22,22 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from types import FrameType, TracebackType
 
-__all__ = ["WholeExitStack", "interrupts_deferred"]
+__all__ = ["Terminated", "WholeExitStack", "interrupts_deferred", "stopped_by"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: it ends a run as Ctrl-C does, and the command exits 143 (128 + SIGTERM)."""
+
+
+def stopped_by(stop: KeyboardInterrupt) -> str:
+    """How a run was stopped, in the words its messages use: ``SIGTERM`` or ``Ctrl-C``."""
+    return "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+
+
+def _raise(signum: int) -> None:
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextmanager
@@ -34,7 +50,7 @@ def interrupts_deferred() -> Iterator[None]:
 
     def hold(signum: int, frame: FrameType | None) -> None:
         if held:
-            raise KeyboardInterrupt  # the second one: do not wait any longer
+            _raise(signum)  # the second one: do not wait any longer
         held.append(signum)
 
     previous = {}
@@ -48,7 +64,7 @@ def interrupts_deferred() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if held:
-        raise KeyboardInterrupt
+        _raise(held[0])
 
 
 class WholeExitStack(ExitStack):

@@ -57,6 +57,9 @@ def _mono(audio: np.ndarray) -> np.ndarray:
     return audio if audio.ndim == 1 else audio.mean(axis=1)
 
 
+FILE_RATES = (1_000, 768_000)  # header rates an input may state (telephone to studio, and more)
+
+
 class WavSource:
     """Periods of a sound file (any rate, any channel count), resampled to ``rate``, streamed.
 
@@ -67,7 +70,8 @@ class WavSource:
         loop: start over at the end instead of ending (soaks).
 
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for a file that is not
-    audio, is empty of frames, or holds NaN or inf samples (the message names the first one).
+    audio, is empty of frames, states a rate outside :data:`FILE_RATES`, or holds NaN or inf
+    samples (the message names the first one).
     """
 
     def __init__(
@@ -84,11 +88,25 @@ class WavSource:
             raise ValueError(f"input {p} is not a sound file soundfile reads ({error})") from None
         self.path, self.rate, self.realtime, self.loop = p, rate, realtime, loop
         self.file_rate, self.frames = int(self._file.samplerate), int(self._file.frames)
+        self._check_shape()
         self._block = max(1, BLOCK_SAMPLES // max(1, self._file.channels))
         self._check_finite()
         self._restart()
         self._t0: float | None = None
         self._reads = 0
+
+    def _check_shape(self) -> None:
+        """Refuse audio no run can use, before any work: no frames, or a header rate outside
+        :data:`FILE_RATES` (2^31 Hz makes every input a few microseconds; 1 Hz, hours)."""
+        low, high = FILE_RATES
+        problem = None
+        if self.frames <= 0:
+            problem = "holds no audio (0 frames)"
+        elif not low <= self.file_rate <= high:
+            problem = f"says its rate is {self.file_rate:,} Hz (audio is {low:,} to {high:,} Hz)"
+        if problem is not None:
+            self._file.close()
+            raise ValueError(f"input {self.path} {problem}: pass a recording of speech")
 
     def _check_finite(self) -> None:
         """One pass over the file in blocks: refuse NaN or inf before any work."""

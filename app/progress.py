@@ -30,5 +30,6 @@ class PeriodBar:
         sys.stderr.write("\n")
         sys.stderr.flush()
 
-    def interrupted(self) -> None:
-        sys.stderr.write(f"\n{self.name}: stopped after {self.done} periods (Ctrl-C)\n")
+    def interrupted(self, by: str = "Ctrl-C") -> None:
+        """End the line: the run was stopped ``by`` (``Ctrl-C`` or ``SIGTERM``)."""
+        sys.stderr.write(f"\n{self.name}: stopped after {self.done} periods ({by})\n")

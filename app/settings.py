@@ -133,6 +133,7 @@ _PATHS = ("checkpoint", "voice")
 _OPTIONAL_TEXT = ("input_device", "output_device", "host_api")
 _BOOLS = ("audit", "echo_cancel", "push_to_talk", "trust_checkpoint_code")
 _INTS = ("voice_frames", "seed")
+MAX_SEED = 1 << 62  # torch and numpy take it (a seed plus a small offset stays under 2^63)
 
 
 def _parse(key: str, value: Any, where: str) -> Any:
@@ -173,8 +174,8 @@ def _check_values(s: Settings, where: str) -> None:
             f"{where}: voice_frames = {s.voice_frames}: give an even number of prompt mel "
             "frames >= 6 (two per prompt token; the default voice has 302)"
         )
-    if s.seed < 0:
-        raise SettingsError(f"{where}: seed = {s.seed}: give a non-negative integer")
+    if not 0 <= s.seed <= MAX_SEED:
+        raise SettingsError(f"{where}: seed = {s.seed:.3g}: give a non-negative integer up to 2^62")
 
 
 def settings_path() -> Path:

@@ -28,7 +28,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TypeVar
 
-from engine.expr import Expr, ExprError, Predicate
+from engine.expr import Expr, ExprError, Predicate, bounded
 
 T = TypeVar("T")
 
@@ -324,6 +324,11 @@ def resolve_operating_point(
     entries: Mapping[str, Expr], overrides: Mapping[str, int]
 ) -> dict[str, int]:
     """Evaluate operating-point entries in dependency order; cycles and unknown names raise."""
+    for name, value in overrides.items():
+        try:
+            bounded(value, f"{name}={value}")
+        except ExprError as error:
+            raise DeclarationError(f"operating_point.{name}: {error}") from None
     resolved: dict[str, int] = dict(overrides)
     pending = {name: expr for name, expr in entries.items() if name not in resolved}
     while pending:

@@ -43,7 +43,7 @@ from engine.contract import (
     frozen,
     resolve_operating_point,
 )
-from engine.expr import Expr, Predicate, parse_predicate, predicate_names
+from engine.expr import Expr, ExprError, Predicate, parse_predicate, predicate_names
 from engine.extents import MAX_CLOSURE_CALLS
 from engine.safe_yaml import YamlError, read_yaml
 from engine.yaml_fields import Fields, choice, entries, expr_errors, expr_field, typed
@@ -418,10 +418,11 @@ def _event(
     fields = Fields(value, path)
     kind = kinds[choice(fields.take("call"), f"{path}.call", list(kinds))]
     repeat = _bounded(fields.take("repeat", 1), f"{path}.repeat", MAX_CLOSURE_CALLS)
-    values = {
-        var: _ranged(fields.take(var), f"{path}.{var}", kind.bounds(var, point))
-        for var in kind.ranges
-    }
+    try:
+        bounds = {var: kind.bounds(var, point) for var in kind.ranges}
+    except ExprError as error:
+        raise DeclarationError(f"{path}: calls.{kind.name}: {error}") from None
+    values = {var: _ranged(fields.take(var), f"{path}.{var}", bounds[var]) for var in kind.ranges}
     fields.close()
     return StreamEvent(kind=kind.name, values=frozen(values), repeat=repeat)
 

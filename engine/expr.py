@@ -18,7 +18,9 @@ Predicates are mappings with exactly one key: ``le lt ge gt eq ne`` take ``[expr
 Bounds: an expression has at most :data:`MAX_TOKENS` tokens (which keeps the parser's and the
 evaluator's recursion well below Python's limit) and nests parentheses at most
 :data:`MAX_NESTING` deep: a declaration is data from anywhere, and 400 nested parentheses are an
-error, not a ``RecursionError``.
+error, not a ``RecursionError``. Every value an evaluation computes, intermediate ones included,
+stays within :data:`MAX_LITERAL` in magnitude, whatever the names were given (a declaration, an
+override): a product of absurd sizes is an error naming the expression, not a 3.9e79-MiB plan.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Union
 
 MAX_TOKENS = 256  # the longest shipped expression has 9
-MAX_LITERAL = 10**15  # an integer literal's magnitude; a size or count is far smaller
+MAX_LITERAL = 10**15  # an integer's magnitude, literal or evaluated; a size or count is far smaller
 MAX_NESTING = 32  # parentheses; the deepest shipped expression nests 1
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>//|[-+*()]))")
 
@@ -212,7 +214,25 @@ def _evaluate(node: Node, env: Mapping[str, int], text: str) -> int:
     right = _evaluate(node.right, env, text)
     if node.op == "//" and right == 0:
         raise ExprError(f"division by zero in {text!r}: check the operating point")
-    return _BINARY[node.op](left, right)
+    return bounded(_BINARY[node.op](left, right), text)
+
+
+def bounded(value: int, text: str) -> int:
+    """``value`` if its magnitude is within :data:`MAX_LITERAL`, else an ``ExprError`` naming
+    ``text`` (what computed it)."""
+    if abs(value) > MAX_LITERAL:
+        raise ExprError(
+            f"{text!r} evaluates to {magnitude(value)}, over the bound {MAX_LITERAL:.0e}: check "
+            "the operating point"
+        )
+    return value
+
+
+def magnitude(value: int) -> str:
+    """An integer of any size in a few characters (``1.23e+20``; past floats, ``2^N``)."""
+    if value.bit_length() < 1000:
+        return f"{value:.3g}"
+    return f"{'-' if value < 0 else ''}2^{value.bit_length() - 1}"
 
 
 def _interval(node: Node, env: Mapping[str, tuple[int, int]], text: str) -> tuple[int, int]:
@@ -224,13 +244,13 @@ def _interval(node: Node, env: Mapping[str, tuple[int, int]], text: str) -> tupl
         return env[node.id]
     (a, b), (c, d) = _interval(node.left, env, text), _interval(node.right, env, text)
     if node.op == "+":
-        return a + c, b + d
+        return bounded(a + c, text), bounded(b + d, text)
     if node.op == "-":
-        return a - d, b - c
+        return bounded(a - d, text), bounded(b - c, text)
     if node.op == "//" and c <= 0 <= d:
         raise ExprError(f"division by a range that holds zero in {text!r}: check the ranges")
     corners = [_BINARY[node.op](x, y) for x in (a, b) for y in (c, d)]
-    return min(corners), max(corners)
+    return bounded(min(corners), text), bounded(max(corners), text)
 
 
 # --- predicates -----------------------------------------------------------------------------

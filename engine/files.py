@@ -16,8 +16,12 @@ Every file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a symlink or a fil
 name is never followed or truncated. Its mode is what the umask gives an ordinary file (read from
 the kernel as it creates the file; the process umask is never changed, which would race other
 threads), kept private (0600) while it is being written. A writer holds an ``flock`` on its file
-for as long as it writes, which keeps a second run off the same output and lets
-:func:`sweep_stray` tell a dead writer's temporary file (removed) from a live one (kept).
+for as long as it writes, which keeps a second run off the same output.
+
+Nothing is removed but the exact names this writer created: no name is ever matched against a
+pattern (an output called ``a*.wav`` or a user's own ``.out.wav.draft.tmp`` beside it is never
+touched). A run killed with SIGKILL may leave its private ``.<name>.<hex>.tmp`` behind; it is
+the user's to delete, since no later run can prove it was never someone else's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Output", "OutputError", "atomic_write", "check_output", "sweep_stray"]
+__all__ = ["Output", "OutputError", "atomic_write", "check_output"]
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _PRIVATE = 0o600
@@ -82,6 +86,7 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
     there without ``overwrite``, or a file another run is writing (its lock is held)."""
     if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
+    _check_name(path)
     folder = path.parent
     if not folder.is_dir():
         raise OutputError(f"folder {folder} does not exist: create it (mkdir -p {folder})")
@@ -96,6 +101,35 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
     held = _hold(path)  # raises while another run's writer holds the lock
     if held is not None:
         os.close(held)
+
+
+_TEMP_EXTRA = len(".") + len(".12345678.tmp")  # what _temp_name adds to a name
+
+
+def _check_name(path: Path) -> None:
+    """Refuse a name no run could finish writing, before any work: control characters, bytes
+    that are not UTF-8 (a trace records its outputs' names as UTF-8), or longer than the
+    folder's NAME_MAX less what the temporary name adds (the failure would come at the end)."""
+    name = path.name
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise OutputError(f"{path!s:.60} has a control character in its name: choose a plain name")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise OutputError(
+            f"{name.encode('utf-8', 'surrogateescape')!r} is not UTF-8: choose a UTF-8 name"
+        ) from None
+    folder = path.parent if path.parent.is_dir() else Path(".")
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if size > name_max - _TEMP_EXTRA:
+        raise OutputError(
+            f"{name[:24]}... is {size} bytes long; names in {folder} may have "
+            f"{name_max - _TEMP_EXTRA} (NAME_MAX {name_max} less {_TEMP_EXTRA} for the "
+            "temporary file): choose a shorter name"
+        )
 
 
 def atomic_write(
@@ -115,7 +149,6 @@ def atomic_write(
     """
     if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
-    sweep_stray(path)
     tmp = _temp_name(path)
     fd, mode = _create(tmp)
     try:
@@ -161,7 +194,6 @@ class Output:
     ) -> None:
         self.path = Path(path)
         check_output(self.path, overwrite=overwrite, flag=flag)
-        sweep_stray(self.path)
         replacing = self.path.exists() or self.path.is_symlink()
         self.target = _temp_name(self.path) if replacing else self.path
         self._held = _hold(self.path) if replacing else None  # keeps a second run off it
@@ -195,16 +227,18 @@ class Output:
         """Finish: sync, close and (when replacing) rename over the earlier file. Idempotent."""
         if not self.done:
             self.done = True
+            published = not self.replacing
             try:
                 self.sync()
                 if self.replacing:
                     os.fchmod(self.file.fileno(), self._mode)
                     self.file.close()
                     _publish(self.target, self.path, overwrite=True)
+                    published = True
             finally:
                 with contextlib.suppress(OSError):
                     self.file.close()
-                if self.replacing:
+                if not published:  # still under its private name: ours to remove
                     self.target.unlink(missing_ok=True)
                 self._release()
         return self.path
@@ -234,26 +268,3 @@ def _hold(path: Path) -> int | None:
         os.close(fd)
         raise OutputError(f"{path} is being written by another run: wait for it to end") from None
     return fd
-
-
-def sweep_stray(path: Path) -> list[Path]:
-    """Remove temporary files a dead writer of ``path`` left (``.<name>.<hex>.tmp``, ours, not
-    locked by a live writer); returns what was removed. Called at the start of each output."""
-    removed = []
-    for stray in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            fd = os.open(stray, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a live writer: skip it
-            stray.unlink()
-            removed.append(stray)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed

@@ -36,7 +36,7 @@ from engine.contract import (
     Region,
     RetentionPolicy,
 )
-from engine.expr import ExprError
+from engine.expr import ExprError, magnitude
 from engine.extents import (
     PlannedCall,
     call_box,
@@ -51,6 +51,7 @@ from engine.extents import (
 )
 
 MIB = 1 << 20
+MAX_BYTES = 1 << 60  # a region's bytes: far past any device, far short of 3.9e79 MiB
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,15 @@ def catalog_width(window: int, stride: int) -> int:
 
 
 def _bytes(shape: Sequence[int], dtype: str) -> int:
-    return math.prod(shape) * DTYPE_BYTES[dtype]
+    """Bytes of a region's shape, refused past :data:`MAX_BYTES` (each extent is bounded by the
+    expressions' bound, their product is bounded here)."""
+    size = math.prod(shape) * DTYPE_BYTES[dtype]
+    if size > MAX_BYTES:
+        raise ExprError(
+            f"{dtype} region of shape {list(shape)} takes {magnitude(size)} bytes, over the "
+            f"bound {MAX_BYTES:.3g} (1 EiB): check the operating point"
+        )
+    return size
 
 
 def operator_plan(decl: Declaration, env: Mapping[str, int], op: Operator) -> OperatorPlan:
@@ -357,7 +366,16 @@ def _input_bytes(region: Region, plan: RegionPlan, extent: int, state_rule: bool
 
 
 def make_plan(decl: Declaration, overrides: Mapping[str, int] | None = None) -> Plan:
-    """The plan of ``decl`` at its operating point with ``overrides`` applied."""
+    """The plan of ``decl`` at its operating point with ``overrides`` applied; a value past
+    the expressions' bound anywhere in it (a size, an extent, a byte count) is a
+    ``DeclarationError`` naming what computed it."""
+    try:
+        return _plan(decl, overrides)
+    except ExprError as error:
+        raise DeclarationError(f"{decl.name}: {error}") from None
+
+
+def _plan(decl: Declaration, overrides: Mapping[str, int] | None) -> Plan:
     env = decl.values(overrides)
     check_point(decl, env)
     regions = {name: region_plan(decl, env, region) for name, region in decl.regions.items()}

@@ -6,7 +6,10 @@ nested brackets exhaust the composer's recursion. Every YAML file the project re
 settings, a checkpoint's ``flow.yaml``) goes through :func:`read_yaml`, which refuses, with one
 line naming the file, the place, the value and the bound:
 
-* a file larger than ``max_bytes`` (read no further than the bound);
+* a file that is not a regular file (a FIFO, a device: never read) or is larger than
+  ``max_bytes`` (read no further than the bound);
+* an integer of more than :data:`MAX_DIGITS` digits (``int`` would refuse past 4300 with advice
+  to raise Python's limit, and a size that long is no size);
 * nesting deeper than ``max_depth`` collections (checked while composing, before recursing);
 * a document whose values, counted with every alias expanded, exceed ``max_nodes`` (counted on
   the composed graph, where an alias is still one shared node, so the count itself is cheap),
@@ -23,9 +26,12 @@ from typing import Any
 
 import yaml
 
+from engine.files_read import FileRefused, read_limited
+
 __all__ = [
     "MAX_BYTES",
     "MAX_DEPTH",
+    "MAX_DIGITS",
     "MAX_NODES",
     "BoundedLoader",
     "YamlError",
@@ -36,6 +42,7 @@ __all__ = [
 MAX_BYTES = 1 << 20  # 1 MiB: the largest shipped YAML is ~10 KB
 MAX_DEPTH = 64  # nested mappings/sequences; the deepest shipped document nests 8
 MAX_NODES = 100_000  # values with every alias expanded; the largest shipped document has ~2,000
+MAX_DIGITS = 30  # characters of one integer scalar; the largest shipped one has 8
 
 
 class YamlError(ValueError):
@@ -77,6 +84,15 @@ class BoundedLoader(yaml.SafeLoader):
             )
         super().fetch_flow_collection_start(token_class)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(node.value) > MAX_DIGITS:
+            raise YamlError(
+                f"line {node.start_mark.line + 1}: an integer of {len(node.value):,} characters "
+                f"({node.value[:12]}...), over the bound of {MAX_DIGITS}"
+            )
+        value: int = super().construct_yaml_int(node)
+        return value
+
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
         if node is not None:
@@ -84,6 +100,7 @@ class BoundedLoader(yaml.SafeLoader):
         return node
 
 
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 _IN_PROGRESS = -1
 
 
@@ -126,12 +143,9 @@ def read_yaml(
     """
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            raw = f.read(max_bytes + 1)
-    except OSError as error:
-        raise YamlError(f"{p}: cannot read it ({error.strerror or error})") from None
-    if len(raw) > max_bytes:
-        raise YamlError(f"{p}: larger than the bound of {max_bytes} bytes for a YAML file")
+        raw = read_limited(p, max_bytes)
+    except FileRefused as error:
+        raise YamlError(str(error)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

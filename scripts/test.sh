@@ -11,8 +11,12 @@ py="${DUPLEXCADENCE_VENV:-.venv}/bin/python"
 "$py" -m ruff format --check .
 "$py" -m mypy engine adapters app
 # Real audio in CI: a private PipeWire with a null sink whose monitor is the virtual microphone.
+# Stopped again at exit (also on failure, Ctrl-C or SIGTERM) only if this run started it.
 if audio_env="$(scripts/virtual_audio.sh)"; then
     eval "$audio_env"
+    if [[ "${DUPLEXCADENCE_AUDIO_STARTED:-0}" == 1 ]]; then
+        trap 'scripts/virtual_audio.sh --stop' EXIT
+    fi
     export DUPLEXCADENCE_AUDIO=required  # from here on, audio tests must run, not skip
 else
     echo "test: no virtual audio device (see the message above): audio tests will skip" >&2

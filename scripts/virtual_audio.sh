@@ -9,6 +9,9 @@
 #   eval "$(scripts/virtual_audio.sh)"          # start (or reuse) it; then run the app or pytest
 #   scripts/virtual_audio.sh --stop             # stop the processes this script started
 #
+# DUPLEXCADENCE_AUDIO_STARTED=1 among the exports says this call started the instance (0: it
+# reused a running one), so a caller stops only what it started (scripts/test.sh does).
+#
 # Being private, it never touches a desktop's own audio session: WirePlumber gets its own config
 # (hardware, Bluetooth and camera monitors off) and state folders, and the ALSA plugin follows
 # PIPEWIRE_RUNTIME_DIR. Concurrent callers are serialized with a lock; a second call reuses a
@@ -108,8 +111,10 @@ bluez_monitor.enabled = false
 LUA
 }
 
+started=0
 start_all() {
     if ! alive dbus dbus-daemon; then
+        started=1
         rm -f "$dir/bus"
         dbus-daemon --session --fork --nopidfile --print-pid=3 \
             --address="$DBUS_SESSION_BUS_ADDRESS" 3>"$dir/dbus.pid" >/dev/null 9>&-
@@ -121,6 +126,7 @@ start_all() {
         stop_one pipewire-pulse
         stop_one wireplumber
         rm -f "$dir/pipewire-0" "$dir/pipewire-0.lock"
+        started=1
         spawn pipewire pipewire
         wait_for 10 "PipeWire" pw-cli -r "pipewire-0" info 0
     fi
@@ -178,6 +184,8 @@ fi
 
 exec 9>"$dir/lock"
 flock -w 60 9 || die "another virtual_audio.sh holds $dir/lock for over 60 s"
+# What this call started is stopped again if it cannot bring the device up.
+trap '[[ $? -eq 0 || $started -eq 0 ]] || stop_all' EXIT
 start_all
 ensure_sink
 portaudio_sees_it
@@ -188,3 +196,4 @@ for var in XDG_RUNTIME_DIR PIPEWIRE_RUNTIME_DIR DBUS_SESSION_BUS_ADDRESS PULSE_S
 done
 printf 'export DUPLEXCADENCE_AUDIO_DIR=%q\n' "$dir"
 printf 'export DUPLEXCADENCE_AUDIO_SINK=%q\n' "$sink"
+printf 'export DUPLEXCADENCE_AUDIO_STARTED=%d\n' "$started"

@@ -11,7 +11,6 @@ the vision tower left out, without loading a tensor.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from adapters.face import FamilyError
 from adapters.safetensors_header import Damaged, TensorEntry, read_header
+from engine.files_read import FileRefused, confined, read_json
 
 __all__ = [
     "MODEL_TYPE",
@@ -86,14 +86,14 @@ def weight_bytes(folder: CheckpointFolder, skip: tuple[str, ...] = VISION_PREFIX
 
 
 def _config(path: Path) -> dict[str, Any]:
-    config_file = path / "config.json"
+    config_file = _inside(path, "config.json", "config.json")  # a FIFO is refused, not "lacks"
     if not config_file.is_file():
         raise FamilyError(
             f"checkpoint {path} lacks config.json: choose the MiniCPM-o-4_5 folder", "checkpoint"
         )
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        config = read_json(config_file)
+    except FileRefused as error:
         raise FamilyError(
             f"checkpoint {path}: config.json cannot be read ({error}): restore the file",
             "checkpoint",
@@ -123,7 +123,7 @@ def _code_files(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
             )
         if isinstance(target, str):
             names.append(target.rsplit(".", 1)[0] + ".py")
-    missing = [name for name in names if not (path / name).is_file()]
+    missing = [name for name in names if not _inside(path, name, "auto_map").is_file()]
     if missing:
         raise FamilyError(
             f"checkpoint {path} lacks {', '.join(missing)} (its config.json's auto_map names "
@@ -137,13 +137,14 @@ def _shards(path: Path) -> tuple[Path, ...]:
     index = path / _INDEX
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+            weight_map = read_json(_inside(path, _INDEX, _INDEX))["weight_map"]
+            names = [str(name) for name in dict.fromkeys(weight_map.values())]
+        except (FileRefused, KeyError, TypeError, AttributeError) as error:
             raise FamilyError(
                 f"checkpoint {path}: {_INDEX} cannot be read ({error}): restore the file",
                 "checkpoint",
             ) from None
-        shards = tuple(path / name for name in dict.fromkeys(weight_map.values()))
+        shards = tuple(_inside(path, name, f"{_INDEX}'s weight_map") for name in names)
         missing = [shard.name for shard in shards if not shard.is_file()]
         if missing:
             raise FamilyError(
@@ -160,6 +161,14 @@ def _shards(path: Path) -> tuple[Path, ...]:
         f"checkpoint {path} has no safetensors weights{hint}: download the safetensors files",
         "checkpoint",
     )
+
+
+def _inside(folder: Path, name: str, what: str) -> Path:
+    """``folder / name`` confined to the folder and regular (or missing), else a FamilyError."""
+    try:
+        return confined(folder, name, what)
+    except FileRefused as error:
+        raise FamilyError(f"checkpoint {folder}: {error}: restore the file", "checkpoint") from None
 
 
 def _header(shard: Path) -> dict[str, TensorEntry]:

@@ -71,6 +71,8 @@ def build_models(
     lm_kwargs = size.lm_kwargs(loaders._lm_kwargs, files.lm_kwargs if files else None)
     mimi_config = size.mimi_config(loaders._mimi_config, files.mimi_config if files else None)
     dep_q = size.point["dep_q"]
+    if files is not None:  # a config that does not fit its weights is told before the memory
+        _check_fits(files.moshi, lm_kwargs, dtype)
     check_memory(device, memory_needed(size, lm_kwargs, dtype))
     if files is None:
         lm = loaders.get_moshi_lm(None, lm_kwargs, device=device, dtype=dtype)
@@ -133,27 +135,57 @@ def _randomize_codec_(mimi: nn.Module, seed: int) -> None:
             module.register_buffer("_embedding", None, persistent=False)
 
 
-def memory_needed(size: MoshiSize, lm_kwargs: dict[str, Any], dtype: torch.dtype) -> int:
-    """Bytes the model needs on its device: LM weights, its rings, Mimi, a workspace."""
+def _meta_lm(lm_kwargs: dict[str, Any], dtype: torch.dtype) -> Any:
+    """The LM ``lm_kwargs`` builds, on the meta device: shapes without memory."""
     from moshi.models.lm import LMModel
 
     with torch.device("meta"):
-        lm = LMModel(device="meta", dtype=dtype, **lm_kwargs)
+        return LMModel(device="meta", dtype=dtype, **lm_kwargs)
+
+
+def _check_fits(path: Path, lm_kwargs: dict[str, Any], dtype: torch.dtype) -> None:
+    """A CheckpointError naming the first tensor whose shape in ``path`` (its safetensors
+    header) differs from the one the config builds; torch loads nothing."""
+    from adapters.safetensors_header import read_header
+
+    stored = read_header(path)
+    for name, parameter in _meta_lm(lm_kwargs, dtype).state_dict().items():
+        entry = stored.get(name)
+        if entry is not None and tuple(entry.shape) != tuple(parameter.shape):
+            raise CheckpointError(
+                f"{path.name} does not fit the Moshi config: size mismatch for {name}: the file "
+                f"holds {list(entry.shape)}, the config builds {list(parameter.shape)}"
+            )
+
+
+def memory_needed(size: MoshiSize, lm_kwargs: dict[str, Any], dtype: torch.dtype) -> int:
+    """Bytes the model needs on its device: LM weights, its rings, Mimi, a workspace."""
+    lm = _meta_lm(lm_kwargs, dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
     weights = sum(p.numel() for p in lm.parameters()) * itemsize
-    ring = size.ring_bytes(itemsize)
+    # The temporal rings at the sizes built (a checkpoint's config.json may be smaller than
+    # the declaration's 7B, never larger): layers x (key, value) x capacity x width.
+    ring: int = lm_kwargs["num_layers"] * 2 * lm_kwargs["context"] * lm_kwargs["dim"] * itemsize
     mimi = 100 * 1024 * 1024 if size.name == "full" else 0  # 79 M float32 parameters
-    return weights + ring + mimi + WORKSPACE_BYTES
+    return int(weights + ring + mimi + WORKSPACE_BYTES)
 
 
 def check_memory(device: torch.device, needed: int) -> None:
-    """A one-line error, before anything is allocated, when ``device`` lacks ``needed`` bytes."""
-    if device.type != "cuda":
-        return
-    free, _ = torch.cuda.mem_get_info(device)
+    """A one-line error, before anything is allocated, when ``device`` lacks ``needed`` bytes:
+    the GPU's free memory on CUDA, the host's available memory on the CPU (float32 there: the
+    full 7B needs about 30 GB)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        where = f"GPU memory in bf16, but {device} has"
+        fix = "close other programs on the GPU, or pick another device"
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available
+        where = "host memory in float32 on the CPU, but this machine has"
+        fix = "close other programs, use a CUDA GPU, or set the model size to small"
     if free < needed:
         raise CheckpointError(
-            f"Moshi needs about {needed / 2**30:.1f} GiB of GPU memory in bf16, but {device} "
-            f"has {free / 2**30:.1f} GiB free: close other programs on the GPU, or pick "
-            "another device"
+            f"Moshi needs about {needed / 2**30:.1f} GiB of {where} {free / 2**30:.1f} GiB "
+            f"free: {fix}"
         )

@@ -24,12 +24,12 @@ download), is a :class:`DamagedFile`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.safetensors_header import Damaged, read_header
+from engine.files_read import FileRefused, confined, read_json
 
 if TYPE_CHECKING:
     from engine.contract import Declaration
@@ -53,6 +53,7 @@ CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
 WEIGHT_SUFFIXES = (".safetensors", ".sft")
 WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
+MAX_UNDECLARED = 1 << 16  # a config number the declaration leaves open (the 7B's largest: 32,000)
 
 #: The small size's operating point: the declared one with fewer, narrower layers.
 SMALL_POINT = {
@@ -101,12 +102,12 @@ def check_folder(folder: Path) -> FolderFiles:
             f"Moshi folder {folder} {problem}; it must contain {MOSHI_FILE}, {MIMI_FILE} "
             f"and {TOKENIZER_FILE}"
         )
-    config_path = folder / CONFIG_FILE
+    config_path = _inside(folder, CONFIG_FILE, CONFIG_FILE)
     lm_kwargs: dict[str, Any] | None = None
     lm_gen: dict[str, Any] = {}
     mimi_config: dict[str, Any] | None = None
     names = {"moshi_name": MOSHI_FILE, "mimi_name": MIMI_FILE, "tokenizer_name": TOKENIZER_FILE}
-    if config_path.is_file():
+    if config_path.exists():
         lm_kwargs = _json(config_path)
         for key in names:
             names[key] = str(lm_kwargs.pop(key, names[key]))
@@ -116,7 +117,7 @@ def check_folder(folder: Path) -> FolderFiles:
             lm_kwargs.pop(key, None)
         mimi_name = lm_kwargs.pop("mimi_config_name", None)
         if mimi_name is not None:
-            mimi_config = _json(folder / str(mimi_name))
+            mimi_config = _json(_inside(folder, str(mimi_name), "mimi_config_name"))
         unsupported = [k for k in ("lora_name", "conditioners", "fuser") if lm_kwargs.get(k)]
         if model_type != "moshi" or unsupported:
             what = f"model_type {model_type!r}" if model_type != "moshi" else unsupported[0]
@@ -124,7 +125,7 @@ def check_folder(folder: Path) -> FolderFiles:
                 f"{config_path} describes a {what} model; only plain Moshi checkpoints "
                 "(moshiko, moshika) are supported"
             )
-    files = {key: folder / name for key, name in names.items()}
+    files = {key: _inside(folder, name, key) for key, name in names.items()}
     missing = [path.name for path in files.values() if not path.is_file()]
     if missing:
         raise CheckpointError(f"Moshi folder {folder} lacks {', '.join(missing)}")
@@ -160,11 +161,20 @@ def _damaged(path: Path) -> str | None:
     return None
 
 
+def _inside(folder: Path, name: str, key: str) -> Path:
+    """The file ``name`` (``config.json``'s ``key``) inside ``folder``, or a CheckpointError."""
+    what = key if key == CONFIG_FILE else f"{CONFIG_FILE}'s {key}"
+    try:
+        return confined(folder, name, what)
+    except FileRefused as error:
+        raise CheckpointError(f"Moshi folder: {error}: fix {what}") from None
+
+
 def _json(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{path} is not readable JSON: {error}") from None
+        raw = read_json(path)
+    except FileRefused as error:
+        raise CheckpointError(f"{error}: restore the checkpoint's file") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     return dict(raw)
@@ -200,6 +210,7 @@ class MoshiSize:
         }
         if folder_kwargs is not None:
             kwargs = dict(folder_kwargs)
+            _bounded_sizes(kwargs, declared, CONFIG_FILE)
             for key in ("dep_q", "context"):
                 if key in kwargs and kwargs[key] != declared[key]:
                     raise CheckpointError(
@@ -226,7 +237,21 @@ class MoshiSize:
         quantizer."""
         p = self.point
         if folder_config is not None:
-            context = folder_config.get("transformer", {}).get("context")
+            transformer = folder_config.get("transformer")
+            if not isinstance(transformer, dict):
+                raise CheckpointError("the Mimi config has no transformer section: restore it")
+            _bounded_sizes(
+                transformer,
+                {
+                    "num_layers": p["mimi_layers"],
+                    "num_heads": p["mimi_heads"],
+                    "d_model": p["mimi_heads"] * p["mimi_head_dim"],
+                },
+                "the Mimi config's transformer",
+            )
+            _bounded_sizes(folder_config.get("seanet") or {}, {}, "the Mimi config's seanet")
+            _bounded_sizes(folder_config.get("quantizer") or {}, {}, "the Mimi config's quantizer")
+            context = transformer.get("context")
             if context != p["mimi_capacity"]:
                 raise CheckpointError(
                     f"the Mimi config has context={context}, but the declaration bounds it at "
@@ -257,6 +282,26 @@ class MoshiSize:
                 "output_dimensions": [width],
             }
         return config
+
+
+def _bounded_sizes(config: dict[str, Any], declared: dict[str, int], source: str) -> None:
+    """Every number ``config`` (a checkpoint's) sets within its bound, before anything is built:
+    a size the declaration states (``num_layers``, ``dim``, ...) from 1 to its declared value;
+    any other number (a width, a vocabulary) finite and at most :data:`MAX_UNDECLARED`."""
+    for key, value in config.items():
+        bound = declared.get(key)
+        if bound is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+                raise CheckpointError(
+                    f"{source} has {key}={value!r}: expected an integer from 1 to {bound}, the "
+                    "declaration's bound (moshi.yaml's operating point; declare a larger model "
+                    "there)"
+                )
+        elif isinstance(value, int | float) and not abs(value) <= MAX_UNDECLARED:
+            raise CheckpointError(
+                f"{source} has {key}={value!r}: over the bound of {MAX_UNDECLARED:,} for a "
+                "number moshi.yaml does not declare; restore the checkpoint's config"
+            )
 
 
 def size_for(name: str, declaration: Declaration) -> MoshiSize:

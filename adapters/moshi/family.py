@@ -123,7 +123,7 @@ class MoshiFamily:
         try:
             models = build_models(size, files, device, request.seed)
         except CheckpointError as error:
-            setting = "device" if "GPU memory" in str(error) else "checkpoint"
+            setting = "device" if " memory in " in str(error) else "checkpoint"
             raise FamilyError(str(error), setting) from None
         build_s = time.perf_counter() - t0
         progress("loading", 0.9)

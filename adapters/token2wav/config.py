@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from engine.files_read import FileRefused, confined
 from engine.safe_yaml import BoundedLoader, YamlError, parse_yaml, read_yaml
 
 
@@ -41,6 +42,11 @@ def check_folder(folder: Path) -> Path:
         raise CheckpointError(
             f"Token2Wav folder {folder} {problem}; it must contain {', '.join(REQUIRED_FILES)}"
         )
+    for name in REQUIRED_FILES:  # never a symlink out of the folder, a FIFO or a device
+        try:
+            confined(folder, name, name)
+        except FileRefused as error:
+            raise CheckpointError(f"Token2Wav folder {folder}: {error}") from None
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
         raise CheckpointError(

@@ -77,6 +77,7 @@ def test_sigkill_leaves_a_playable_wav_and_a_trace_to_export(tmp_path: Path, tal
 
 
 def test_sigterm_from_another_process_ends_a_run_like_ctrl_c(tmp_path: Path, talk: Path) -> None:
+    """Its files are whole as after Ctrl-C; it exits 143 and says SIGTERM (issue 27)."""
     process = start_converse(tmp_path, talk, "--quiet", "--record-audio", "rec")  # in the cwd
     run_dir = tmp_path / "run"
     wait_until(periods_in(run_dir / "t.jsonl", 3), process, "3 periods")
@@ -84,7 +85,8 @@ def test_sigterm_from_another_process_ends_a_run_like_ctrl_c(tmp_path: Path, tal
     stdout, _ = process.communicate(timeout=60)
     stderr = (tmp_path / "stderr.txt").read_text()
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert process.returncode == 0, stderr[-3000:]
+    assert process.returncode == 143, stderr[-3000:]
+    assert "terminated (SIGTERM)" in stderr and "Ctrl-C" not in stderr, stderr[-3000:]
     periods = json.loads(stdout)["periods"]
     assert periods >= 3 and assert_whole(run_dir) == periods
     recorded = {"mic.wav": 16_000, "assistant.wav": RATE_OUT}

@@ -18,7 +18,7 @@ from app.demo import write_talk
 from tests.hostile.child import assert_clean, run
 from tests.hostile.whole import assert_whole, converse_argv
 
-INTERRUPTED = 130  # main's exit status after Ctrl-C or SIGTERM outside the periods
+TERMINATED = 143  # main's exit status after SIGTERM (128 + 15), inside the periods too
 PERIODS = 6  # --seconds: enough periods to stop inside them, few enough to be quick
 
 HOOK = """
@@ -43,12 +43,12 @@ sys.exit(main({argv!r}))
 
 # (function hit, its nth call, exit status, periods left: None = no outputs at all)
 MOMENTS = {
-    "loading": ("adapters.token2wav.hift:build_hift", 1, INTERRUPTED, None),
-    "opening outputs": ("app.periods:WavSink.__init__", 1, INTERRUPTED, 0),
-    "between trace line and audio": ("engine.trace:TraceWriter.write", 4, 0, 4),
-    "closing outputs": ("engine.files:Output.commit", 1, INTERRUPTED, PERIODS),
-    "inside the Perfetto export": ("engine.trace_export:_period_events", 3, INTERRUPTED, PERIODS),
-    "before the CSV export": ("engine.trace_export:export_csv", 1, INTERRUPTED, PERIODS),
+    "loading": ("adapters.token2wav.hift:build_hift", 1, TERMINATED, None),
+    "opening outputs": ("app.periods:WavSink.__init__", 1, TERMINATED, 0),
+    "between trace line and audio": ("engine.trace:TraceWriter.write", 4, TERMINATED, 4),
+    "closing outputs": ("engine.files:Output.commit", 1, TERMINATED, PERIODS),
+    "inside the Perfetto export": ("engine.trace_export:_period_events", 3, TERMINATED, PERIODS),
+    "before the CSV export": ("engine.trace_export:export_csv", 1, TERMINATED, PERIODS),
 }
 
 
@@ -76,8 +76,9 @@ def test_sigterm_at_any_moment_leaves_whole_files(moment: str, talk: Path, tmp_p
     done = run(hook_code(target, nth, argv), timeout=240, cwd=tmp_path)
     assert_clean(done)
     assert done.returncode == status, done.stderr[-2000:]
-    if status == INTERRUPTED:
-        assert done.stderr.strip().splitlines()[-1] == "duplexcadence: interrupted"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("duplexcadence: terminated (SIGTERM)"), last
+    assert "Ctrl-C" not in done.stderr
     if periods is None:  # nothing was opened yet: nothing is left
         assert sorted(p.name for p in tmp_path.iterdir()) == [], done.stderr[-2000:]
         return

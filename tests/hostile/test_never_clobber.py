@@ -1,6 +1,5 @@
 """Never clobber: symlinks are not followed, earlier results survive a failed run, two runs
-cannot share one output, the umask is never touched, dead writers' temp files are swept
-(issue 12, "Never clobber")."""
+cannot share one output, the umask is never touched (issue 12, "Never clobber")."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.periods import WavSink, write_wav
-from engine.files import Output, OutputError, atomic_write, sweep_stray
+from engine.files import OutputError, atomic_write
 from engine.trace import TraceError, TraceWriter, read_trace
 from engine.trace_export import export_csv
 from tests.hostile.child import cli, one_line_error, snapshot
@@ -111,22 +110,6 @@ def test_derived_files_do_not_replace_unrelated_ones(tmp_path: Path) -> None:
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"type": "header"}\n{"type": "period", "index": "x"}\n')
     one_line_error(cli("export", str(broken), memory=1 << 30), "broken.jsonl", "malformed")
-
-
-def test_stray_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
-    target = tmp_path / "out.wav"
-    target.write_bytes(b"earlier result")
-    dead = tmp_path / ".out.wav.deadbeef.tmp"
-    dead.write_bytes(b"left by a killed run")
-    unrelated = tmp_path / ".other.wav.deadbeef.tmp"
-    unrelated.write_bytes(b"not ours to judge")
-    live = Output(target, overwrite=True)  # sweeps at start, then writes its own temp file
-    assert not dead.exists() and unrelated.exists() and live.target.exists()
-    assert sweep_stray(target) == [] and live.target.exists()  # a live writer's is kept
-    live.file.write(b"new result")
-    live.commit()
-    assert target.read_bytes() == b"new result"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.wav.deadbeef.tmp", "out.wav"]
 
 
 @given(name=st.text(alphabet="abc./-_ ", min_size=1, max_size=12))

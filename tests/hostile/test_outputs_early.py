@@ -90,3 +90,27 @@ def test_a_broken_settings_file_is_backed_up_before_it_is_replaced(tmp_path: Pat
     save_settings(Settings(family="synthetic", seed=3), path)
     assert (tmp_path / "settings.yaml.bak").read_text() == "arm: [unclosed\n"
     assert load_settings(path).seed == 3
+
+
+def _header_rate(source: Path, target: Path, rate: int) -> Path:
+    """``source`` (a 16-bit mono WAV) with another rate in its header."""
+    data = bytearray(source.read_bytes())
+    data[24:28] = rate.to_bytes(4, "little")
+    data[28:32] = (rate * 2 % 2**32).to_bytes(4, "little")  # bytes per second
+    target.write_bytes(bytes(data))
+    return target
+
+
+@pytest.mark.parametrize("case", ["empty", "rate 2^31-1", "rate 1 Hz"])
+def test_audio_no_run_can_use_is_refused_before_loading(folder: Path, case: str) -> None:
+    bad = folder / "bad.wav"
+    if case == "empty":
+        soundfile.write(bad, np.zeros(0, np.float32), 16_000, subtype="PCM_16")
+    else:
+        _header_rate(folder / "talk.wav", bad, 2**31 - 1 if "2^31" in case else 1)
+    request = ConverseRequest(
+        settings=Settings(family="synthetic"), input=bad, output=folder / "o.wav"
+    )
+    with pytest.raises(ConverseError, match=r"bad\.wav (holds no audio|says its rate is)"):
+        check_request(request)
+    assert not (folder / "o.wav").exists()
