@@ -83,6 +83,7 @@ class DuplexBackbone:
         period_s, input_rate: the unit (1 s at 16 kHz), from our declaration.
         device: where the speech tokens go (the decoder's device).
         prompt: the system instruction; ``ref_audio``: the voice recording at 16 kHz, or None.
+        rules: the backbone rules installed on ``duplex`` (kept here for the bench and panel).
         vad: the user's voice activity for the window's lamp (the period's highest window
             probability), or None for 0.
     """
@@ -97,8 +98,10 @@ class DuplexBackbone:
         prompt: str = DEFAULT_SYSTEM_PROMPT,
         ref_audio: np.ndarray | None = None,
         vad: VoiceActivity | None = None,
+        rules: Any = None,
     ) -> None:
         self.duplex, self.period_s, self.input_rate = duplex, period_s, input_rate
+        self.rules = rules  # adapters.minicpmo45.rules.BackboneRules, or None (the vendor's own)
         self.device, self.prompt, self.ref_audio = torch.device(device), prompt, ref_audio
         self.vad = vad
         self._handoffs: list[Handoff] = []
