@@ -164,6 +164,49 @@ def agreement(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> dict[
     return out
 
 
+def extent_cost(rules: Any, device: str, steps: int = 50) -> dict[str, Any]:
+    """One LLM decode step replayed at the carry's full capacity and at 512 slots (same
+    weights, same kernels but the attended extent): device ms per step, CUDA events."""
+    from adapters.minicpmo45.kv import KVCarry
+    from adapters.minicpmo45.llm_step import CarryStep
+    from engine.replay import ReplayEngine
+    from engine.signature import Catalog
+
+    llm = rules.decoder.m
+    out: dict[str, Any] = {}
+    for capacity in (rules.llm_carry.capacity, 512):
+        step = CarryStep(llm.model, capacity, rules.backend, head=llm.lm_head)
+        layers, _, heads, cap, dim = step.carry_shape()
+        carry = KVCarry(layers, heads, cap, dim, dtype=rules.llm_carry.buffer.dtype, device=device)
+        engine = ReplayEngine(device)
+        op = engine.register("extent", step.logits, catalog=Catalog.any(), aliased=["buffer"])
+        x = torch.randn(1, 1, int(llm.config.hidden_size), dtype=carry.buffer.dtype, device=device)
+        pos = torch.tensor([[capacity // 2]], device=device)
+        with torch.no_grad():
+            for _ in range(3):
+                op(x, pos, pos[0], carry.buffer)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+                begin, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                begin.record()
+                for _ in range(steps):
+                    op(x, pos, pos[0], carry.buffer)
+                end.record()
+                torch.cuda.synchronize()
+                ms = begin.elapsed_time(end) / steps
+            else:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    op(x, pos, pos[0], carry.buffer)
+                ms = (time.perf_counter() - t0) * 1e3 / steps
+        out[str(capacity)] = {"ms_per_step": round(ms, 3), "replay": op.counters.to_dict()}
+        del carry, engine, op
+    return out
+
+
 def quantiles(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=np.float64) * 1e3
     if a.size == 0:
@@ -215,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     log = functools.partial(print, file=sys.stderr, flush=True)
     config = s.duplex.decoder._window_config
     default_marks = (config.basic_window_high_tokens, config.basic_window_low_tokens)
+
+    # 0. the attended extent: full capacity against a small carry, one replayed decode step
+    result["extent"] = extent_cost(s.rules, args.device, steps=50 if cuda else 3)
+    log(f"extent: {json.dumps({k: v['ms_per_step'] for k, v in result['extent'].items()})}")
+    write(args.out, result)
 
     # 1. timing: per unit and per stage, each arm and the vendor's loop
     timing: dict[str, Any] = {}

@@ -128,6 +128,7 @@ class MiniCPMO45Family:
                 "voice_frames": speech.voice.frames,
                 "envelope": decoder.envelope,
                 "switchable_arms": [str(arm) for arm in switchable_arms(decoder.envelope)],
+                "backbone_rules": _rules_facts(model.backbone),
                 "memory": memory,
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
@@ -236,6 +237,16 @@ def period_model(
     )
     windower = DuplexWindower.like(speech.windower, backbone.flushing)
     return WindowedSynthesis(backbone, speech.speech, windower, speech.output_rate)
+
+
+def _rules_facts(backbone: Any) -> dict[str, Any] | None:
+    """The backbone rules' carries and pinned attention backend, for the trace header (None:
+    the duplex object has no decoder of the vendor's form, so its own code runs)."""
+    rules = getattr(backbone, "rules", None)
+    if rules is None:
+        return None
+    stats = rules.stats()
+    return {"carry": stats["carry"], "window": stats["window"], "sdpa": stats["sdpa_backend"]}
 
 
 def _held(device: str) -> dict[str, float]:

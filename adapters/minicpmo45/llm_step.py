@@ -8,8 +8,15 @@ attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in 
 
 * the new keys and values go to the carry at ``slots`` (``index_copy_``, a device tensor);
 * attention covers the carry's **whole capacity** with a boolean mask ``slot <= slots[row]``
-  (the attended-extent choice: one signature per ``L``, not one per cache length; the
-  decision and its measurement are in the family's README section);
+  (the attended-extent choice: one signature per ``L``, not one per cache length). Why, by
+  count at the released shapes: the LLM's carry is 36 layers x 2 x 8 heads x 4,096 slots x 128
+  x 2 B = 604 MB, read once per decode step beside 16.4 GB of weights (+3.7 % of the step's
+  bytes at most; the live length sits between the prompt and the window's high mark, so a
+  catalog of extents would save under 3.7 %, about 2.5 ms a unit of 20 steps at the H200's
+  4.8 TB/s), while each extent in a catalog adds a captured graph per fed length and its
+  memory. The TTS head's carry (20 x 2 x 12 x 4,096 x 64 x 2 B = 252 MB) adds about 1.4 ms a
+  unit of 26 steps by the same count. Measured: ``bench/minicpmo45_backbone.py``'s ``extent``
+  (one replayed decode step at the full capacity against a 512-slot carry);
 * grouped-query attention without copying keys: the ``G`` query heads of one key head are laid
   out as ``G * L`` query rows against that head's keys (the mask repeated ``G`` times), so
   scaled-dot-product attention runs on the carry's own views;
