@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     s.rules.timing = True
     for name in [*[str(a) for a in arms], "vendor"]:
         s.rules.use_vendor(name == "vendor")
-        arm = Arm.EAGER if name == "vendor" else Arm.parse(name)
+        # the vendor's backbone beside our Token2Wav under the last arm: the split isolates it
+        arm = arms[-1] if name == "vendor" else Arm.parse(name)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         s.rules.reset_stats()
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "speaking_units": sum(u["phase"] == "speak" for u in units),
             "llm_tokens_per_unit": float(np.mean([len(u["ids"]) for u in units])),
             "speech_tokens_per_unit": float(np.mean([len(u["speech"]) for u in units])),
-            "replay": st["replay"], "fallbacks": st["fallbacks"],
+            "replay": st["replay"], "fallbacks": st["fallbacks"], "token2wav_arm": str(arm),
         }  # fmt: skip
         if cuda:
             figures["peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
