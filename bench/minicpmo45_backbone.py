@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "size": args.size, "decoder": decoder, "import_stand_ins": stand_ins,
         "build_s": round(build_s, 1), "load_s": round(time.perf_counter() - t0, 1),
         "facts": loaded.facts, "carry": s.rules.stats()["carry"], "sdpa": s.rules.backend,
+        "sdpa_refused": s.rules.backend_refused,
     }  # fmt: skip
     log = functools.partial(print, file=sys.stderr, flush=True)
     config = s.duplex.decoder._window_config

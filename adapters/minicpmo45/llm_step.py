@@ -40,13 +40,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["BACKENDS", "CarryStep"]
+__all__ = ["BACKENDS", "CarryStep", "sdpa_backend"]
 
 BACKENDS = ("efficient", "math", "flash", "cudnn")
 """SDPA backends a step may be pinned to (``torch.nn.attention.SDPBackend`` by our name)."""
 
 
-def _sdpa(name: str) -> AbstractContextManager[None]:
+def sdpa_backend(name: str) -> AbstractContextManager[None]:
+    """``sdpa_kernel`` pinned to the backend of our name (:data:`BACKENDS`)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = {
@@ -99,7 +100,7 @@ class CarryStep:
         """The stack on ``x [1, L, hidden]`` at ``positions [1, L]``, writing ``slots [L]`` of
         ``buffer``; the final norm's output ``[1, L, hidden]`` (what the vendor reads as
         ``hidden_states[-1]`` / ``last_hidden_state``)."""
-        with _sdpa(self.backend):
+        with sdpa_backend(self.backend):
             core: Any = self.core
             cos, sin = core.rotary_emb(x, positions)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)

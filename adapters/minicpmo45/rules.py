@@ -110,6 +110,25 @@ class BackboneSpec:
         return kwargs
 
 
+def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
+    """The declared SDPA backend if it runs a masked, grouped-row call like the step's on this
+    device, else ``math`` and why the declared one was refused (recorded in :meth:`stats`)."""
+    from adapters.minicpmo45.llm_step import sdpa_backend
+
+    q = torch.zeros(1, 2, 4, 64, dtype=dtype, device=device)
+    kv = torch.zeros(1, 2, 128, 64, dtype=dtype, device=device)
+    mask = torch.ones(1, 1, 4, 128, dtype=torch.bool, device=device)
+    try:
+        with sdpa_backend(name):
+            torch.nn.functional.scaled_dot_product_attention(q, kv, kv, attn_mask=mask)
+    except RuntimeError as error:
+        return (
+            "math",
+            f"{name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+        )
+    return name, ""
+
+
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -132,14 +151,16 @@ class BackboneRules:
         llm = self.decoder.m
         device = next(llm.parameters()).device
         self.device = device
-        self.backend = spec.sdpa["cuda" if device.type == "cuda" else "cpu"]
+        dtype = next(llm.parameters()).dtype
+        self.backend, self.backend_refused = _usable_backend(
+            spec.sdpa["cuda" if device.type == "cuda" else "cpu"], device, dtype
+        )
         unit = int(attribute(duplex, spec.unit_tokens_from)) + max(spec.llm_lengths)
         unit += spec.unit_extra_tokens
         high = int(attribute(duplex, spec.llm_capacity_from))
         self.llm_step = CarryStep(
             llm.model, _round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head
         )
-        dtype = next(llm.parameters()).dtype
         self.llm_carry = self._carry(self.llm_step, dtype)
         self.llm_view = CarryView(self.llm_carry)
         hidden = int(llm.config.hidden_size)
@@ -245,6 +266,7 @@ class BackboneRules:
             },
             "carry": carry,
             "sdpa_backend": self.backend,
+            "sdpa_refused": self.backend_refused,
         }
 
     # -- installation -----------------------------------------------------------------------
