@@ -13,7 +13,8 @@ time limit may cut the run):
    audio encoder / LLM prefill / LLM decode / TTS head (device synchronized around each stage)
    and Token2Wav, replay counters, peak memory.
 2. **exact** — per seed, one conversation of ``--units`` units of the demo talk under each arm
-   (eager twice first for the first seed: eager must reproduce itself), with a barge-in at
+   (eager twice first for the first seed, the second over ``--again-units``: eager must
+   reproduce itself), with a barge-in at
    ``--barge-at``, a new conversation at ``--new-at`` and the vendor's basic sliding window at
    ``--window`` marks (so slides happen). Per unit: the LLM's token ids fed (the vendor's
    ``total_ids``), the speech tokens handed to Token2Wav, the PCM, listen/speak. Every arm
@@ -228,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--barge-at", type=int, default=9)
     parser.add_argument("--new-at", type=int, default=-2, help="-2: at units // 2 + 3")
     parser.add_argument("--window", default="300,240", help="the vendor's basic window marks")
-    parser.add_argument("--vendor-units", type=int, default=8)
+    parser.add_argument("--again-units", type=int, default=26, help="eager's second run")
+    parser.add_argument("--vendor-units", type=int, default=6)
     parser.add_argument("--timing-units", type=int, default=16)
     parser.add_argument("--settle", type=int, default=2)
     args = parser.parse_args(argv)
@@ -312,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             arm = Arm.EAGER if name.startswith("eager") else Arm.parse(name)
             s.rules.reset_stats()
-            runs[name] = s.conversation(arm, seed, talk, barge_at=args.barge_at, new_at=new_at)
+            heard = talk[: args.again_units] if name == "eager-again" else talk
+            runs[name] = s.conversation(arm, seed, heard, barge_at=args.barge_at, new_at=new_at)
             st = s.rules.stats()
             cmp = compare(runs["eager"], runs[name])
             exact[f"seed{seed}/{name}"] = cmp | {
