@@ -45,7 +45,7 @@ from torch import Tensor
 
 from adapters.face import FamilyError
 from adapters.synthetic.vad import VoiceActivity
-from engine.duplex import Phase
+from engine.duplex import Phase, SpanFactory
 from engine.windowed import BackboneStep
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "HANDOFF", "DuplexBackbone", "Handoff", "system_prompt"]
@@ -116,6 +116,12 @@ class DuplexBackbone:
             )
         setattr(duplex, HANDOFF, self._take)  # the hand-off: its speech tokens, not its audio
         self._prepare()
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        """The backbone rules' stages (audio encoder, LLM prefill and decode, TTS head) as
+        spans of the period, where the rules are installed."""
+        if self.rules is not None:
+            self.rules.set_stage_timer(span)
 
     def flushing(self) -> bool:
         """The vendor's ``force_flush`` of the unit just stepped (False when it handed nothing)."""

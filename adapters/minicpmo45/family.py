@@ -117,7 +117,7 @@ class MiniCPMO45Family:
             title=f"{self.title} ({speech.size.name} decoder)",
             declaration=speech.declaration.name,
             weights_synthetic=decoder.checkpoint is None,
-            stages=("backbone", "flow", "vocoder"),
+            stages=_stages(model.backbone),
             warmup=warmup,
             facts={
                 "checkpoint_code": list(folder.code),
@@ -237,6 +237,14 @@ def period_model(
     )
     windower = DuplexWindower.like(speech.windower, backbone.flushing)
     return WindowedSynthesis(backbone, speech.speech, windower, speech.output_rate)
+
+
+def _stages(backbone: Any) -> tuple[str, ...]:
+    """The period's spans: the backbone's own stages where its rules are installed."""
+    from adapters.minicpmo45.rules import STAGES
+
+    inner = STAGES if getattr(backbone, "rules", None) is not None else ()
+    return ("backbone", *inner, "flow", "vocoder")
 
 
 def _rules_facts(backbone: Any) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,7 +50,7 @@ from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
 from engine.signature import Catalog, TensorSpec
 
-__all__ = ["DECLARATION", "WINDOW_ENV", "BackboneRules", "BackboneSpec", "attribute"]
+__all__ = ["DECLARATION", "STAGES", "WINDOW_ENV", "BackboneRules", "BackboneSpec", "attribute"]
 
 DECLARATION = Path(__file__).resolve().parents[2] / "assets/declarations/minicpmo45_backbone.yaml"
 WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
@@ -200,6 +201,7 @@ class BackboneRules:
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
         self._stage: str | None = None
+        self._span: Callable[[str], AbstractContextManager[None]] | None = None
         self._originals: dict[tuple[int, str], Any] = {}
         self._install()
 
@@ -233,6 +235,11 @@ class BackboneRules:
         self.llm_carry.length = 0
         if self.tts_carry is not None:
             self.tts_carry.length = 0
+
+    def set_stage_timer(self, span: Callable[[str], AbstractContextManager[None]] | None) -> None:
+        """Each stage (:data:`STAGES`) also as ``span(stage)`` (the loop's ``Metrics.span``:
+        the trace and the panel), or no spans with None."""
+        self._span = span
 
     def reset_stats(self) -> None:
         self.fallbacks.clear()
@@ -453,7 +460,8 @@ class BackboneRules:
                 t0 = time.perf_counter()
                 self._stage = stage
                 try:
-                    return original(*args, **kwargs)
+                    with self._span(stage) if self._span is not None else nullcontext():
+                        return original(*args, **kwargs)
                 finally:
                     self._sync()
                     dt = time.perf_counter() - t0
