@@ -118,8 +118,9 @@ class WindowedSynthesis:
 
     def set_stage_timer(self, span: SpanFactory | None) -> None:
         self._span = span or _untimed
-        if isinstance(self.synthesizer, StageTimed):
-            self.synthesizer.set_stage_timer(span)
+        for part in (self.backbone, self.synthesizer):
+            if isinstance(part, StageTimed):
+                part.set_stage_timer(span)
 
     def step(self, mic: np.ndarray) -> PeriodStep:
         span = self._span

@@ -172,3 +172,139 @@ class StandInModel:
         self.init_tts()
         self.duplex_kwargs = kwargs
         return StandInDuplex(self.script)
+
+
+# -- the vendor's StreamDecoder around a transformers Qwen3 (the LLM), restated ------------------
+
+
+class StandInWindow:
+    """The vendor's ``DuplexWindowConfig`` fields the rules read (basic mode)."""
+
+    def __init__(self, high: int, low: int) -> None:
+        self.sliding_window_mode = "basic"
+        self.basic_window_high_tokens, self.basic_window_low_tokens = high, low
+
+
+class StandInDecoder:
+    """``StreamDecoder``'s cache-facing methods (OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/utils.py``),
+    restated over a transformers ``Qwen3ForCausalLM``: ``feed`` runs one forward on a growing
+    cache (legacy tuple form) and returns ``(logits of the last row, last hidden state)``;
+    ``_drop_tokens_from_cache`` drops ``[preserve, preserve + length)`` and re-rotates the kept
+    suffix's keys to their new positions, as the vendor's ``drop_tokens_from_cache`` does."""
+
+    def __init__(self, llm: Any, high: int, low: int, preserve: int) -> None:
+        self.m = llm
+        self.cache: Any = None
+        self._window_config = StandInWindow(high, low)
+        self._system_preserve_length = preserve
+
+    def reset(self) -> None:
+        self.cache = None
+
+    def get_cache_length(self) -> int:
+        return 0 if self.cache is None else int(self.cache[0][0].shape[2])
+
+    def feed(self, embeds: torch.Tensor, return_logits: bool = False) -> Any:
+        from transformers import DynamicCache
+
+        n = embeds.size(0)
+        past = self.get_cache_length()
+        cache = DynamicCache()
+        if self.cache is not None:
+            for i, (k, v) in enumerate(self.cache):
+                cache.update(k, v, i)
+        positions = torch.arange(past, past + n, device=embeds.device).unsqueeze(0)
+        with torch.no_grad():
+            out = self.m(
+                inputs_embeds=embeds.unsqueeze(0), position_ids=positions, past_key_values=cache,
+                output_hidden_states=True, use_cache=True,
+            )  # fmt: skip
+        self.cache = tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+        if return_logits:
+            return self.m.lm_head(out.hidden_states[-1])[:, -1], out.hidden_states[-1]
+        return None
+
+    def _drop_tokens_from_cache(self, length: int) -> bool:
+        total = self.get_cache_length()
+        keep = self._system_preserve_length
+        if self.cache is None or length <= 0 or total - keep < length:
+            return False
+        old = torch.arange(keep + length, total)
+        new = torch.arange(keep, total - length)
+        theta = float(self.m.config.rope_parameters["rope_theta"])
+        pairs = []
+        for k, v in self.cache:
+            suffix = _rerotate(k[:, :, keep + length :], old, new, theta)
+            pairs.append(
+                (
+                    torch.cat([k[:, :, :keep], suffix], 2),
+                    torch.cat([v[:, :, :keep], v[:, :, keep + length :]], 2),
+                )
+            )
+        self.cache = tuple(pairs)
+        return True
+
+
+def _rerotate(
+    keys: torch.Tensor, old: torch.Tensor, new: torch.Tensor, theta: float
+) -> torch.Tensor:
+    """Keys rotated at ``old`` positions, rotated to ``new`` (its realign_rotary_suffix)."""
+    d = keys.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+
+    def cos_sin(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = torch.einsum("i,j->ij", p.float(), inv)
+        return (torch.cat([a.cos(), a.cos()], -1).to(keys.dtype),
+                torch.cat([a.sin(), a.sin()], -1).to(keys.dtype))  # fmt: skip
+
+    def half(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat((-x[..., d // 2 :], x[..., : d // 2]), -1)
+
+    c, s = cos_sin(old)
+    base = c * keys - s * half(keys)
+    c, s = cos_sin(new)
+    return c * base + s * half(base)
+
+
+class StandInTTS:
+    """The TTS head's parts the rules touch: ``model`` (a transformers ``LlamaModel``), its
+    ``config`` and ``generate_chunk`` (the vendor calls ``model`` once per speech token)."""
+
+    def __init__(self, core: Any) -> None:
+        self.model, self.config = core, core.config
+
+    def generate_chunk(
+        self, inputs_embeds: torch.Tensor, steps: int, start: int = 0
+    ) -> list[torch.Tensor]:
+        """The vendor's call pattern: the condition, then one token a step (its positions)."""
+        outs, past, n = [], None, inputs_embeds.shape[1]
+        with torch.inference_mode():
+            for t in range(steps):
+                x = inputs_embeds if t == 0 else outs[-1][:, -1:]
+                pos = (
+                    torch.arange(start, start + n)[None]
+                    if t == 0
+                    else torch.tensor([[start + n + t - 1]])
+                )
+                out = self.model(
+                    position_ids=pos, past_key_values=past, inputs_embeds=x, use_cache=True
+                )
+                past = out.past_key_values
+                outs.append(out.last_hidden_state.clone())
+        return outs
+
+
+class StandInBackboneDuplex:
+    """The duplex object's parts the backbone rules reach: ``decoder``, ``model.tts``, the
+    decode budget and the two unit methods (here only markers the rules time)."""
+
+    def __init__(self, decoder: StandInDecoder, tts: StandInTTS | None, budget: int = 20) -> None:
+        self.decoder, self.max_new_speak_tokens_per_chunk = decoder, budget
+        self.model = type("Model", (), {})()
+        self.model.tts = tts
+
+    def streaming_prefill(self, audio_waveform: Any = None) -> dict[str, Any]:
+        return {"success": True}
+
+    def streaming_generate(self) -> dict[str, Any]:
+        return {"is_listen": True}

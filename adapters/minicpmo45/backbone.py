@@ -45,7 +45,7 @@ from torch import Tensor
 
 from adapters.face import FamilyError
 from adapters.synthetic.vad import VoiceActivity
-from engine.duplex import Phase
+from engine.duplex import Phase, SpanFactory
 from engine.windowed import BackboneStep
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "HANDOFF", "DuplexBackbone", "Handoff", "system_prompt"]
@@ -83,6 +83,7 @@ class DuplexBackbone:
         period_s, input_rate: the unit (1 s at 16 kHz), from our declaration.
         device: where the speech tokens go (the decoder's device).
         prompt: the system instruction; ``ref_audio``: the voice recording at 16 kHz, or None.
+        rules: the backbone rules installed on ``duplex`` (kept here for the bench and panel).
         vad: the user's voice activity for the window's lamp (the period's highest window
             probability), or None for 0.
     """
@@ -97,8 +98,10 @@ class DuplexBackbone:
         prompt: str = DEFAULT_SYSTEM_PROMPT,
         ref_audio: np.ndarray | None = None,
         vad: VoiceActivity | None = None,
+        rules: Any = None,
     ) -> None:
         self.duplex, self.period_s, self.input_rate = duplex, period_s, input_rate
+        self.rules = rules  # adapters.minicpmo45.rules.BackboneRules, or None (the vendor's own)
         self.device, self.prompt, self.ref_audio = torch.device(device), prompt, ref_audio
         self.vad = vad
         self._handoffs: list[Handoff] = []
@@ -113,6 +116,12 @@ class DuplexBackbone:
             )
         setattr(duplex, HANDOFF, self._take)  # the hand-off: its speech tokens, not its audio
         self._prepare()
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        """The backbone rules' stages (audio encoder, LLM prefill and decode, TTS head) as
+        spans of the period, where the rules are installed."""
+        if self.rules is not None:
+            self.rules.set_stage_timer(span)
 
     def flushing(self) -> bool:
         """The vendor's ``force_flush`` of the unit just stepped (False when it handed nothing)."""

@@ -44,6 +44,7 @@ from engine.arms import switchable_arms
 if TYPE_CHECKING:
     import numpy as np
 
+    from adapters.minicpmo45.rules import BackboneSpec
     from adapters.token2wav.family import SpeechModel
     from engine.windowed import WindowedSynthesis
 
@@ -94,6 +95,7 @@ class MiniCPMO45Family:
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         from adapters.minicpmo45.loader import LoadFacts, check_transformers, load_duplex
+        from adapters.minicpmo45.rules import BackboneSpec
 
         self.check(request)
         assert request.checkpoint is not None, "check() refuses a request without a checkpoint"
@@ -102,9 +104,10 @@ class MiniCPMO45Family:
         decoder = self._decoder_request(request)
         memory = self._check_memory(request, decoder, folder)
         speech = SYNTHETIC.load_speech(decoder, lambda stage, f: progress(stage, 0.2 * f))
-        duplex = load_duplex(folder, request.device, facts)  # the voice failed fast, if at all
+        spec = BackboneSpec.read()
+        duplex = load_duplex(folder, request.device, facts, **spec.duplex_kwargs())
         progress("loading", 1.0)
-        model = period_model(speech, duplex, request)
+        model = period_model(speech, duplex, request, spec)
         audit = SYNTHETIC.audit_mode(speech) if request.audit else None
         warmup = SYNTHETIC.warm_up(speech, request, progress, audit)
         memory.update(_held(request.device))
@@ -114,7 +117,7 @@ class MiniCPMO45Family:
             title=f"{self.title} ({speech.size.name} decoder)",
             declaration=speech.declaration.name,
             weights_synthetic=decoder.checkpoint is None,
-            stages=("backbone", "flow", "vocoder"),
+            stages=_stages(model.backbone),
             warmup=warmup,
             facts={
                 "checkpoint_code": list(folder.code),
@@ -125,6 +128,7 @@ class MiniCPMO45Family:
                 "voice_frames": speech.voice.frames,
                 "envelope": decoder.envelope,
                 "switchable_arms": [str(arm) for arm in switchable_arms(decoder.envelope)],
+                "backbone_rules": _rules_facts(model.backbone),
                 "memory": memory,
                 **({"audit_scope": audit.header()} if audit is not None else {}),
             },
@@ -199,18 +203,29 @@ class MiniCPMO45Family:
         }
 
 
-def period_model(speech: SpeechModel, duplex: Any, request: ModelRequest) -> WindowedSynthesis:
+def period_model(
+    speech: SpeechModel, duplex: Any, request: ModelRequest, spec: BackboneSpec | None = None
+) -> WindowedSynthesis:
     """The duplex object as backbone, the vendor's call rule, our decoder: one 1-s unit a step.
 
     The unit is the declaration's (``period_tokens`` at the token clock: 25 tokens = 1 s), the
     microphone 16 kHz (the rate the duplex object and silero-vad hear), the output the decoder's.
+    With ``spec`` (the backbone declaration) and a duplex object that has the vendor's decoder,
+    the backbone rules are installed (:mod:`adapters.minicpmo45.rules`) and warmed up under
+    the session's arm before the conversation is prepared; ``backbone.rules`` holds them.
     """
     from adapters.minicpmo45.backbone import DuplexBackbone
+    from adapters.minicpmo45.rules import BackboneRules
     from adapters.minicpmo45.windows import DuplexWindower
     from adapters.synthetic.vad import RATE, VoiceActivity
     from engine.windowed import WindowedSynthesis
 
     values = speech.values
+    rules = None
+    if spec is not None and hasattr(getattr(duplex, "decoder", None), "m"):
+        stream = speech.speech
+        rules = BackboneRules(duplex, speech.replay, lambda: stream.arm, spec)
+        rules.warm_up()
     backbone = DuplexBackbone(
         duplex,
         period_s=values["period_tokens"] / speech.declaration.clock_rate("token", values),
@@ -218,9 +233,28 @@ def period_model(speech: SpeechModel, duplex: Any, request: ModelRequest) -> Win
         device=request.device,
         ref_audio=_ref_audio(request.voice, RATE) if request.voice is not None else None,
         vad=VoiceActivity(),
+        rules=rules,
     )
     windower = DuplexWindower.like(speech.windower, backbone.flushing)
     return WindowedSynthesis(backbone, speech.speech, windower, speech.output_rate)
+
+
+def _stages(backbone: Any) -> tuple[str, ...]:
+    """The period's spans: the backbone's own stages where its rules are installed."""
+    from adapters.minicpmo45.rules import STAGES
+
+    inner = STAGES if getattr(backbone, "rules", None) is not None else ()
+    return ("backbone", *inner, "flow", "vocoder")
+
+
+def _rules_facts(backbone: Any) -> dict[str, Any] | None:
+    """The backbone rules' carries and pinned attention backend, for the trace header (None:
+    the duplex object has no decoder of the vendor's form, so its own code runs)."""
+    rules = getattr(backbone, "rules", None)
+    if rules is None:
+        return None
+    stats = rules.stats()
+    return {"carry": stats["carry"], "window": stats["window"], "sdpa": stats["sdpa_backend"]}
 
 
 def _held(device: str) -> dict[str, float]:

@@ -106,8 +106,9 @@ def check_memory(device: str, needed: int, parts: str) -> dict[str, float]:
     return seen
 
 
-def load_duplex(folder: CheckpointFolder, device: str, facts: LoadFacts) -> Any:
-    """The checkpoint's duplex object on ``device``: its own code, bf16, audio and TTS on."""
+def load_duplex(folder: CheckpointFolder, device: str, facts: LoadFacts, **duplex: Any) -> Any:
+    """The checkpoint's duplex object on ``device``: its own code, bf16, audio and TTS on;
+    ``duplex`` adds keywords to ``as_duplex`` (the backbone declaration's window mode)."""
     os.environ["HF_HUB_OFFLINE"] = "1"  # never the hub, also for the processor and tokenizer
     import torch
     from transformers import AutoModel
@@ -133,7 +134,7 @@ def load_duplex(folder: CheckpointFolder, device: str, facts: LoadFacts) -> Any:
             )
         with _vendor_tts_skipped(model, facts):
             return model.as_duplex(
-                device=device, generate_audio=True, ls_mode="explicit", chunk_ms=1000
+                device=device, generate_audio=True, ls_mode="explicit", chunk_ms=1000, **duplex
             )
     except FamilyError:
         raise

@@ -1,0 +1,167 @@
+"""One forward of the backbone's decoder stack over its KV carry, on the vendor's own modules.
+
+MiniCPM-o 4.5's LLM is a Qwen3 (RMSNorm, q/k norm, rotary, grouped-query attention) and its TTS
+head a Llama (the same without q/k norm). The vendor runs them through transformers with a
+growing ``DynamicCache``; :class:`CarryStep` runs the same stack with the vendor's modules and
+weights (``input_layernorm``, ``q_proj``, ``q_norm``, ``rotary_emb``, ``mlp``, ...), but its
+attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in place:
+
+* the new keys and values go to the carry at ``slots`` (``index_copy_``, a device tensor);
+* attention covers the carry's **whole capacity** with a boolean mask ``slot <= slots[row]``
+  (the attended-extent choice: one signature per ``L``, not one per cache length). Why, by
+  count at the released shapes: the LLM's carry is 36 layers x 2 x 8 heads x 4,096 slots x 128
+  x 2 B = 604 MB, read once per decode step beside 16.4 GB of weights (+3.7 % of the step's
+  bytes at most; the live length sits between the prompt and the window's high mark, so a
+  catalog of extents would save under 3.7 %, about 2.5 ms a unit of 20 steps at the H200's
+  4.8 TB/s), while each extent in a catalog adds a captured graph per fed length and its
+  memory. The TTS head's carry (20 x 2 x 12 x 4,096 x 64 x 2 B = 252 MB) adds about 1.4 ms a
+  unit of 26 steps by the same count. Measured: ``bench/minicpmo45_backbone.py``'s ``extent``
+  (one replayed decode step at the full capacity against a 512-slot carry). The price in
+  agreement with the vendor's loop: attending masked slots changes the kernel's reduction
+  blocking, so logits differ from transformers' (which attends the live length) by about one
+  bf16 ulp. Seen on the CPU (Qwen3 in bf16, 2 layers): with the kernel transformers picks
+  there (flash) and a carry exactly as long as the cache, every logit equals transformers'
+  bit for bit; with 64 slots none does (max 0.0039). Greedy text agrees; sampled text parts
+  where a draw sits on a boundary;
+* grouped-query attention without copying keys: the ``G`` query heads of one key head are laid
+  out as ``G * L`` query rows against that head's keys (the mask repeated ``G`` times), so
+  scaled-dot-product attention runs on the carry's own views;
+* the SDPA backend is pinned (:data:`BACKENDS`), and named in the replay signature.
+
+So a call's shapes depend only on ``L`` (the tokens fed at once) and never on the cache length:
+the decode step (``L = 1``) is one exact signature for a whole conversation. Positions (for the
+rotary embedding) and slots are separate inputs: the LLM's are equal (the vendor feeds position
+= cache length), the TTS head's positions are the vendor's own.
+
+Every method is capturable once its shapes are fixed: no host reads, no allocation outside the
+caching allocator, the constant ``arange`` made at construction.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["BACKENDS", "CarryStep", "sdpa_backend"]
+
+BACKENDS = ("efficient", "math", "flash", "cudnn")
+"""SDPA backends a step may be pinned to (``torch.nn.attention.SDPBackend`` by our name)."""
+
+
+def sdpa_backend(name: str) -> AbstractContextManager[None]:
+    """``sdpa_kernel`` pinned to the backend of our name (:data:`BACKENDS`)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[name]
+    return sdpa_kernel([backend])
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class CarryStep:
+    """The decoder stack of ``core`` (a transformers ``Qwen3Model`` / ``LlamaModel``: ``layers``,
+    ``norm``, ``rotary_emb``, ``config``) over a carry of ``capacity`` slots.
+
+    Args:
+        core: the vendor's decoder model (its modules and weights are used as they are).
+        capacity: the carry's slots (the attended extent of every call).
+        backend: the pinned SDPA backend (:data:`BACKENDS`).
+        head: the LM head for :meth:`logits` (None for a stack whose caller has its own heads).
+    """
+
+    def __init__(
+        self, core: nn.Module, capacity: int, backend: str, head: nn.Module | None = None
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"SDPA backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        config: Any = core.config
+        self.core, self.head, self.backend, self.capacity = core, head, backend, capacity
+        self.layers: Any = core.layers
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads)
+        self.head_dim = int(
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
+        self.group = self.heads // self.kv_heads
+        weight = next(core.parameters())
+        self.cols = torch.arange(capacity, device=weight.device)  # the carry's slot numbers
+
+    def carry_shape(self) -> tuple[int, int, int, int, int]:
+        """``[layers, 2, kv_heads, capacity, head_dim]``."""
+        return (len(self.layers), 2, self.kv_heads, self.capacity, self.head_dim)
+
+    def hidden(self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor) -> Tensor:
+        """The stack on ``x [1, L, hidden]`` at ``positions [1, L]``, writing ``slots [L]`` of
+        ``buffer``; the final norm's output ``[1, L, hidden]`` (what the vendor reads as
+        ``hidden_states[-1]`` / ``last_hidden_state``)."""
+        with sdpa_backend(self.backend):
+            core: Any = self.core
+            cos, sin = core.rotary_emb(x, positions)
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            rows = L = x.shape[1]
+            mask = (self.cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(self.group, 1)
+            mask = mask.view(1, 1, self.group * rows, self.capacity)
+            h = x
+            for i, layer in enumerate(self.layers):
+                residual = h
+                h = layer.input_layernorm(h)
+                h = self._attention(layer.self_attn, h, cos, sin, slots, mask, buffer[i], L)
+                h = residual + h
+                residual = h
+                h = layer.post_attention_layernorm(h)
+                h = layer.mlp(h)
+                h = residual + h
+            out: Tensor = core.norm(h)
+            return out
+
+    def logits(
+        self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`hidden` and the head on its last row: ``(logits [1, vocab], hidden)``."""
+        assert self.head is not None, "CarryStep.logits needs the LM head"
+        hidden = self.hidden(x, positions, slots, buffer)
+        logits: Tensor = self.head(hidden[:, -1:])[:, -1]
+        return logits, hidden
+
+    def _attention(
+        self,
+        attn: Any,
+        h: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        slots: Tensor,
+        mask: Tensor,
+        kv: Tensor,
+        L: int,
+    ) -> Tensor:
+        shape = (1, L, -1, self.head_dim)
+        q = attn.q_proj(h).view(shape)
+        k = attn.k_proj(h).view(shape)
+        v = attn.v_proj(h).view(shape).transpose(1, 2)
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        if q_norm is not None and k_norm is not None:
+            q, k = q_norm(q), k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        kv[0].index_copy_(1, slots, k[0])
+        kv[1].index_copy_(1, slots, v[0])
+        grouped = q.reshape(1, self.kv_heads, self.group * L, self.head_dim)
+        out = F.scaled_dot_product_attention(
+            grouped, kv[0].unsqueeze(0), kv[1].unsqueeze(0), attn_mask=mask
+        )
+        out = out.reshape(1, self.heads, L, self.head_dim).transpose(1, 2).reshape(1, L, -1)
+        result: Tensor = attn.o_proj(out)
+        return result

@@ -1,0 +1,130 @@
+"""MiniCPM-o 4.5's backbone rules on the CPU: our step over the carry, its replay, the upkeep.
+
+The LLM is a transformers ``Qwen3ForCausalLM`` and the TTS head a ``LlamaModel`` at a tiny
+config with seeded random weights (the modules the checkpoint's code builds, from the
+transformers installed here); the vendor's ``StreamDecoder`` around them is the stand-in in
+``tests/minicpmo45_standin.py`` (no vendor code in CI). A scripted conversation feeds what the
+duplex object feeds (prompt tokens, per unit ``<unit>``, ten audio embeddings with logits,
+decode steps on the argmax, ``</unit>``), lets the vendor's window drop units past its high
+mark, barges in (a new turn: nothing changes in the LLM) and starts a new conversation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from adapters.minicpmo45.rules import BackboneRules, BackboneSpec
+from engine.arms import Arm
+from engine.replay import ReplayEngine
+from tests.minicpmo45_standin import StandInBackboneDuplex, StandInDecoder, StandInTTS
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+HIDDEN, VOCAB = 64, 96
+
+
+def build(seed: int = 0) -> tuple[Any, Any]:
+    torch.manual_seed(seed)
+    qwen = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+    )  # fmt: skip
+    llama = transformers.LlamaConfig(
+        vocab_size=8, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=100,
+    )  # fmt: skip
+    return transformers.Qwen3ForCausalLM(qwen).eval(), transformers.LlamaModel(llama).eval()
+
+
+class Arms:
+    def __init__(self, arm: Arm) -> None:
+        self.arm = arm
+
+    def __call__(self) -> Arm:
+        return self.arm
+
+
+def session(high: int = 40, low: int = 30) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
+    llm, tts = build()
+    decoder = StandInDecoder(llm, high, low, preserve=5)
+    duplex = StandInBackboneDuplex(decoder, StandInTTS(tts), budget=6)
+    arm = Arms(Arm.EAGER)
+    rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, BackboneSpec.read())
+    return duplex, rules, arm
+
+
+def conversation(
+    duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms, slide: bool = True
+) -> list[Any]:
+    """Every output of every feed and TTS call; the arm switches live per unit."""
+    g = torch.Generator().manual_seed(seed)
+    dec, outs = duplex.decoder, []
+    embed = dec.m.model.embed_tokens
+    dec.reset()
+    for _ in range(5):  # the system prompt, one token a feed
+        dec.feed(embed(torch.randint(0, VOCAB, (1,), generator=g)))
+    for u in range(units):
+        arm.arm = arms[u % len(arms)]
+        if u == units // 2:  # a new conversation
+            dec.reset()
+            dec.feed(embed(torch.randint(0, VOCAB, (1,), generator=g)))
+        dec.feed(embed(torch.tensor([1])))  # <unit>
+        audio = torch.randn(10, HIDDEN, generator=g)
+        logits, hidden = dec.feed(audio, return_logits=True)
+        outs += [logits, hidden]
+        for _ in range(4):  # decode steps on the argmax
+            logits, hidden = dec.feed(embed(logits.argmax(-1)), return_logits=True)
+            outs += [logits, hidden]
+        dec.feed(embed(torch.tensor([2])))  # </unit>
+        while slide and dec.get_cache_length() > dec._window_config.basic_window_high_tokens:
+            dec._drop_tokens_from_cache(7)  # the vendor's window: drop the oldest unit
+        condition = torch.randn(1, 3 + u % 2, 48, generator=g)
+        outs += duplex.model.tts.generate_chunk(condition, steps=5, start=2 * u)
+    return outs
+
+
+def equal(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
+    duplex, rules, arm = session()
+    eager = conversation(duplex, 0, 6, [Arm.EAGER], arm)
+    assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
+    assert rules.window["slides"] >= 4, "the window slid in each half of each conversation"
+    rules.warm_up()
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, conversation(duplex, 0, 6, arms, arm)), arms
+    replay = rules.stats()["replay"]
+    assert replay["llm.step"]["hits"] > 0 and replay["llm.feed"]["hits"] > 0
+    assert replay["tts.step"]["hits"] > 0
+    assert replay["tts.step"]["misses"].get("not_in_catalog", 0) > 0  # the conditions' lengths
+    assert rules.stats()["fallbacks"]["window_upkeep_eager"] == rules.window["slides"]
+
+
+def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:
+    """Ours against the stand-in's transformers forward on a growing cache: not bit for bit
+    (other attention kernels and extents), close in fp32, the same argmax here."""
+    duplex, rules, arm = session()
+    ours = conversation(duplex, 1, 6, [Arm.EAGER], arm)
+    rules.use_vendor(True)
+    theirs = conversation(duplex, 1, 6, [Arm.EAGER], arm)
+    rules.use_vendor(False)
+    assert len(ours) == len(theirs)
+    for x, y in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_a_full_carry_runs_the_vendors_code_counted() -> None:
+    duplex, rules, arm = session()
+    rules.warm_up()
+    outs = conversation(duplex, 2, 12, [Arm.SRC], arm, slide=False)
+    assert rules.llm_carry.capacity < 6 * 16
+    assert rules.stats()["fallbacks"].get("llm_carry_full", 0) == 2  # once a conversation
+    assert duplex.decoder.get_cache_length() > rules.llm_carry.capacity
+    arm.arm = Arm.EAGER
+    assert equal(outs, conversation(duplex, 2, 12, [Arm.EAGER], arm, slide=False))
