@@ -42,7 +42,7 @@ class DeviceSink(DeviceStream):
         buffer_s: float = 10.0,
         fade_s: float = 0.005,
         latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
-        lost_after_s: float = 2.0,
+        lost_after_s: float = 0.5,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)
         if not 0 <= prebuffer_s < buffer_s:
@@ -84,8 +84,8 @@ class DeviceSink(DeviceStream):
     def write(self, pcm: np.ndarray) -> None:
         """Queue ``pcm`` (float32 mono at ``rate``, shape (n,) or (1, n)). Engine thread.
 
-        Never blocks and never raises for device trouble: on a lost or closed device the
-        samples are dropped (counted in ``dropped``).
+        Never blocks. A lost device raises :class:`~app.audio.devices.DeviceLost` (the samples
+        are dropped, counted in ``dropped``); on a closed one they are only dropped.
         """
         samples = np.ascontiguousarray(pcm, dtype=np.float32).reshape(-1)
         with self._lock:
@@ -94,6 +94,7 @@ class DeviceSink(DeviceStream):
             self._check_alive()
             if self._stream is None:
                 self.dropped += len(samples)
+                self._raise_lost()
                 return
             resampler = self._resampler
             converted = samples if resampler is None else resampler.resample_chunk(samples)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
+from app.audio.devices import DeviceLost
 from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
 from app.gui.worker.clip import ClipCounts
 from app.gui.worker.controls import AudioControls
@@ -185,6 +186,8 @@ class EngineThread(QThread):
             reason = self._loop(session, audio, self.recorder)
         except StartError as exc:  # worded for the window already; no traceback needed
             self.failed.emit(str(exc))
+        except DeviceLost as exc:  # a device stopped mid-conversation: one line, no traceback
+            self.failed.emit(describe_error(exc))
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
             self.failed.emit(describe_error(exc))
