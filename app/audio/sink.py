@@ -26,7 +26,10 @@ class DeviceSink(DeviceStream):
 
     ``prebuffer_s`` of audio is queued before playback (re)starts; ``buffer_s`` is the most that
     can wait (writes beyond it are dropped and counted as overflows); ``fade_s`` is the fade out
-    when the buffer runs dry and the fade in when playback resumes.
+    when the buffer runs dry and the fade in when playback resumes. For ``settle_s`` of device
+    time from the first sample written, underflows and dry spells are not counted: the first
+    periods come late by nature (the stream primes, the model's first step is its slowest), and
+    a dropout shown a second after Start is no dropout of the conversation.
     """
 
     kind = "output"
@@ -43,8 +46,14 @@ class DeviceSink(DeviceStream):
         fade_s: float = 0.005,
         latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
         lost_after_s: float = 0.5,
+        settle_s: float = 2.0,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)
+        self.settle_s = settle_s
+        self._settle = (
+            0  # device samples of the start-up period left (counted from the first write)
+        )
+        self._dry_base = 0  # dry spells of the start-up period, not counted
         if not 0 <= prebuffer_s < buffer_s:
             raise ValueError(f"prebuffer_s {prebuffer_s}: give 0 <= prebuffer_s < {buffer_s}")
         self.in_rate = rate
@@ -62,19 +71,25 @@ class DeviceSink(DeviceStream):
             fade=max(1, round(self.fade_s * rate)),
         )
         self._block = np.zeros(4 * block, dtype=np.float32)
+        self._settle, self._dry_base = round(self.settle_s * rate), 0
         same = round(rate) == self.in_rate
         self._resampler = None if same else soxr.ResampleStream(self.in_rate, rate, 1, "float32")
 
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
         stats = self.stats
         stats.blocks += 1
-        if status.output_underflow:
+        settling = self._settle > 0
+        if status.output_underflow and not settling:
             stats.underflows += 1
         if frames > len(self._block):  # larger block than asked for: rare enough to allocate
             self._block = np.zeros(frames, dtype=np.float32)
         block = self._block[:frames]
         self._jitter.pull(block)
-        stats.dry_events = self._jitter.dry_events
+        if settling:
+            self._dry_base = self._jitter.dry_events
+            if self._jitter.ring.written:  # the start-up period runs from the first write
+                self._settle -= frames
+        stats.dry_events = self._jitter.dry_events - self._dry_base
         outdata[:] = block[:, np.newaxis]  # the same signal on every channel
         tap = self._tap
         if tap is not None:
