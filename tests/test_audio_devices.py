@@ -143,3 +143,29 @@ def test_the_start_up_period_counts_no_dropout() -> None:
     sink._jitter.push(np.full(block * 10, 0.1, np.float32))
     blocks(20, underflow=True)  # plays, runs dry, underflows: counted now
     assert sink.stats.underflows == 20 and sink.stats.dry_events == 1
+
+
+def test_a_sample_written_now_plays_after_everything_queued_before_it() -> None:
+    """The window's response time runs to the first sample played, not the one queued: the
+    sink says how far ahead a write plays (the RESPONSE chip read 0.3-1.5 s fast)."""
+    rate, block = 48000, 960
+    sink = DeviceSink(None, rate=rate, prebuffer_s=0.1)
+    sink._prepare(rate, block)
+    sink.stats.latency_s = 0.05  # what PortAudio reports once the stream is open
+    assert sink.ahead_s == pytest.approx(0.1 + 0.05)  # idle: the prebuffer comes first
+    sink._jitter.push(np.full(rate // 2, 0.1, np.float32))  # half a second queued
+    sink.stats.rate = rate
+    assert sink.ahead_s == pytest.approx(0.5 + 0.1 + 0.05)
+    out = np.zeros((block, 1), dtype=np.float32)
+    for _ in range(6):  # playback starts and plays 0.1 s of it
+        sink._callback(out, block, None, _Status(False))
+    assert sink.playing
+    assert sink.ahead_s == pytest.approx(0.5 - 6 * block / rate + 0.1 + 0.05, abs=0.11)
+
+
+def test_a_source_says_how_long_ago_its_last_sample_was_captured() -> None:
+    source = DeviceSource(None, rate=16000)
+    source._prepare(48000, 960)
+    source.stats.rate, source.stats.latency_s = 48000, 0.03
+    source._pending.write(np.zeros(1600, np.float32))  # 0.1 s captured after the last read
+    assert source.captured_ago_s == pytest.approx(0.1 + 0.03)

@@ -145,6 +145,14 @@ class DeviceSink(DeviceStream):
         return self._jitter.ring.available / rate
 
     @property
+    def ahead_s(self) -> float:
+        """Seconds until a sample written now is played (reaches the converter): what is queued
+        before it, the prebuffer while playback waits to start, and the device's latency as
+        PortAudio reports it. Any thread."""
+        wait = 0.0 if self._jitter.playing else self.prebuffer_s
+        return self.queued_s + wait + self.stats.latency_s
+
+    @property
     def playing(self) -> bool:
         """Whether the jitter buffer is playing (not priming, idle or dry). Any thread."""
         return self._jitter.playing

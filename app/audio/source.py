@@ -154,6 +154,13 @@ class DeviceSource(DeviceStream):
             self.stats.overflows += 1
 
     @property
+    def captured_ago_s(self) -> float:
+        """Seconds since the last sample :meth:`read_period` handed out was captured (at the
+        converter): what was captured after it and still waits, and the device's latency as
+        PortAudio reports it. Read right after ``read_period``. Any thread."""
+        return self.queued_s + self.stats.latency_s
+
+    @property
     def queued_s(self) -> float:
         """Seconds of microphone audio waiting for the engine (its input latency). Any thread."""
         rate = self.stats.rate or 1.0
