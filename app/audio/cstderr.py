@@ -134,16 +134,18 @@ def _forward(read_fd: int, write_fd: int) -> None:
 
 
 def _filled(read_fd: int, within_s: float = 5.0) -> bool:
-    """Stop reading and wait until the writers have filled the pipe (the one that loops is then
-    blocked in ``write``); False if they stop short of it within ``within_s``."""
+    """Stop reading and wait until the writers have filled the pipe and stopped (the one that
+    loops is then blocked in ``write``: the pipe holds as much for two looks 20 ms apart); False
+    if they stop short of it within ``within_s``."""
     capacity = fcntl.fcntl(read_fd, _F_GETPIPE_SZ)
-    waiting = ctypes.c_int(0)
+    waiting, before = ctypes.c_int(0), -1
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         fcntl.ioctl(read_fd, _FIONREAD, waiting)
-        if capacity - waiting.value < 1024:  # no room for another line: its writer waits
+        if capacity - waiting.value < 4096 and waiting.value == before:
             return True
-        time.sleep(0.01)
+        before = waiting.value
+        time.sleep(0.02)
     return False
 
 
