@@ -54,6 +54,7 @@ from engine.duplex import PeriodOutcome, Phase
 from engine.trace import TraceWriter, check_trace_path
 
 if TYPE_CHECKING:  # both import torch: only once the request passed its checks
+    from app.audio.devices import DeviceLost
     from app.session import Session
     from engine.duplex import PeriodOutcome
 
@@ -178,7 +179,7 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
         raise
     tally = Tally()
     try:
-        audio, nonfinite = _converse(session, req, tally)
+        audio, nonfinite, lost = _converse(session, req, tally)
         summary = _finish(req, session, tally)
     except KeyboardInterrupt:  # while closing or exporting: what was written is whole
         if req.jsonl is not None:
@@ -195,14 +196,23 @@ def converse(req: ConverseRequest) -> dict[str, Any]:
             "samples, written as silence (broken weights?)",
             file=sys.stderr,
         )
+    if lost is not None:  # the outputs are whole and exported: now the one line
+        raise lost
     return {**summary, **audio, "nonfinite_samples": nonfinite}
 
 
-def _converse(session: Session, req: ConverseRequest, tally: Tally) -> tuple[dict[str, Any], int]:
+def _converse(
+    session: Session, req: ConverseRequest, tally: Tally
+) -> tuple[dict[str, Any], int, DeviceLost | None]:
     """Open the audio and the outputs, run the periods, close everything; returns the device
-    statistics and the count of non-finite samples the model made. Ctrl-C or SIGTERM ends the
-    periods like the end of the input; the outputs are opened and closed whole (an interrupt
-    then comes after)."""
+    statistics, the count of non-finite samples the model made and the loss of a device, if
+    one ended the conversation. Ctrl-C or SIGTERM ends the periods like the end of the input,
+    and so does a lost device (its line comes once the outputs are written); the outputs are
+    opened and closed whole (an interrupt then comes after)."""
+    from app.audio.devices import DeviceLost
+    from app.audio.stream import DeviceStream
+
+    lost: DeviceLost | None = None
     with WholeExitStack() as stack:
         stack.callback(session.close)
         _keep_on_success(stack, session.trace)  # runs first: a failed run aborts the trace
@@ -224,11 +234,18 @@ def _converse(session: Session, req: ConverseRequest, tally: Tally) -> tuple[dic
             stopped = stopped_by(stop)
             if bar is not None:
                 bar.interrupted(stopped)
+        except DeviceLost as error:  # a device stopped: the end of the conversation too
+            lost = error
+            for end in (source, sink):  # the other device's server is likely gone as well
+                if isinstance(end, DeviceStream):
+                    end.close(wait=False)
+            if bar is not None:
+                bar.close()
         else:
             if bar is not None:
                 bar.close()
         stats = {**_device_stats(source=source, sink=sink), "stopped_by": stopped}
-    return stats, getattr(sink, "nonfinite", 0)
+    return stats, getattr(sink, "nonfinite", 0), lost
 
 
 def _keep_on_success(stack: ExitStack, output: WavSink | TraceWriter | None) -> None:

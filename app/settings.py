@@ -66,7 +66,7 @@ class Settings:
     input_device: str | None = None  # by name; None = system default
     output_device: str | None = None
     host_api: str | None = None
-    echo_cancel: bool = False
+    echo_cancel: bool = True  # applies only between two devices (speakers and a microphone)
     push_to_talk: bool = False
     seed: int = 0
 
@@ -274,3 +274,11 @@ def check_settings(s: Settings) -> None:
         family(s.family).check(s.model_request())
     except FamilyError as error:
         raise SettingsError(str(error)) from None
+    if s.echo_cancel:
+        from app.audio.devices import AudioError
+        from app.audio.echo import check_echo_cancel
+
+        try:
+            check_echo_cancel()
+        except AudioError as error:
+            raise SettingsError(f"echo_cancel = true: {error}") from None

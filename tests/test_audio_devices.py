@@ -114,3 +114,58 @@ def test_using_a_stream_before_start_says_so_and_after_close_ends_quietly() -> N
     assert source.read_period(160) is None  # the PeriodSource way of saying: input ended
     sink.write(np.zeros(240, np.float32))
     assert sink.dropped == 240
+
+
+class _Status:
+    def __init__(self, underflow: bool) -> None:
+        self.output_underflow = underflow
+
+
+def test_the_start_up_period_counts_no_dropout() -> None:
+    """The window showed a red '1 dropout' a second after Start: the stream primes and the first
+    period comes late by nature. Underflows and dry spells count only after ``settle_s`` of
+    device time from the first sample written; later ones count as before. (The callback is
+    driven by hand: its status flags are what PortAudio would pass.)"""
+    rate, block = 48000, 960
+    sink = DeviceSink(None, rate=rate, settle_s=1.0)
+    sink._prepare(rate, block)
+    out = np.zeros((block, 1), dtype=np.float32)
+
+    def blocks(n: int, underflow: bool = False) -> None:
+        for _ in range(n):
+            sink._callback(out, block, None, _Status(underflow))
+
+    blocks(100, underflow=True)  # nothing written yet: the start-up period has not begun
+    sink._jitter.push(np.full(block * 10, 0.1, np.float32))  # a first period, then dry
+    blocks(49, underflow=True)  # 0.98 s of device time from the first write
+    assert sink.stats.underflows == 0 and sink.stats.dry_events == 0
+    blocks(2)  # the start-up period is over
+    sink._jitter.push(np.full(block * 10, 0.1, np.float32))
+    blocks(20, underflow=True)  # plays, runs dry, underflows: counted now
+    assert sink.stats.underflows == 20 and sink.stats.dry_events == 1
+
+
+def test_a_sample_written_now_plays_after_everything_queued_before_it() -> None:
+    """The window's response time runs to the first sample played, not the one queued: the
+    sink says how far ahead a write plays (the RESPONSE chip read 0.3-1.5 s fast)."""
+    rate, block = 48000, 960
+    sink = DeviceSink(None, rate=rate, prebuffer_s=0.1)
+    sink._prepare(rate, block)
+    sink.stats.latency_s = 0.05  # what PortAudio reports once the stream is open
+    assert sink.ahead_s == pytest.approx(0.1 + 0.05)  # idle: the prebuffer comes first
+    sink._jitter.push(np.full(rate // 2, 0.1, np.float32))  # half a second queued
+    sink.stats.rate = rate
+    assert sink.ahead_s == pytest.approx(0.5 + 0.1 + 0.05)
+    out = np.zeros((block, 1), dtype=np.float32)
+    for _ in range(6):  # playback starts and plays 0.1 s of it
+        sink._callback(out, block, None, _Status(False))
+    assert sink.playing
+    assert sink.ahead_s == pytest.approx(0.5 - 6 * block / rate + 0.1 + 0.05, abs=0.11)
+
+
+def test_a_source_says_how_long_ago_its_last_sample_was_captured() -> None:
+    source = DeviceSource(None, rate=16000)
+    source._prepare(48000, 960)
+    source.stats.rate, source.stats.latency_s = 48000, 0.03
+    source._pending.write(np.zeros(1600, np.float32))  # 0.1 s captured after the last read
+    assert source.captured_ago_s == pytest.approx(0.1 + 0.03)

@@ -260,3 +260,75 @@ def test_closing_a_basic_session_ends_the_cascades_worker(monkeypatch: pytest.Mo
     session.close()
     assert not workers[0].is_alive()
     session.close()  # idempotent
+
+
+class Speech:
+    """Speaks each clause with espeak-ng at 16 kHz: its echo is speech to the VAD too."""
+
+    rate = 16000
+
+    def speak(self, text: str) -> np.ndarray:
+        return conversation([text]).audio
+
+
+def room(cascade: BasicCascade, user: np.ndarray, echo_gain: float, seconds: float) -> list:
+    """Step ``user`` (then silence) through a room where the microphone also hears what the
+    cascade played, ``echo_gain`` times as loud and 0.2 s later (the sink's queue, the air)."""
+    n = cascade.input_samples
+    air = np.zeros(round(0.2 * cascade.output_rate) + n, dtype=np.float32)  # played, not yet heard
+    user = np.concatenate([user, np.zeros(round(seconds * 16000), np.float32)])
+    steps = []
+    for start in range(0, user.size - n + 1, n):
+        mic = user[start : start + n] + echo_gain * air[:n]
+        steps.append(cascade.step(mic.astype(np.float32)))
+        out = np.zeros(n, dtype=np.float32)
+        pcm = period_pcm(steps[-1])
+        out[: pcm.size] = pcm
+        air = np.concatenate([air[n:], out])
+        time.sleep(0.01)  # the worker answers in its own time (a real clock)
+    return steps
+
+
+@pytest.mark.parametrize("echo_gain", [0.05, 0.08])
+def test_it_does_not_answer_its_own_voice(make, echo_gain: float) -> None:
+    """On speakers the answer comes back through the microphone (here 26 and 22 dB down, what
+    echo cancellation leaves): it must neither barge in on itself nor answer itself. It did:
+    42 'answers' to one question until Stop."""
+    ears = Ears()
+    cascade = BasicCascade(ears, Mouth(("Paris is the capital,", "and a lovely city.")), Speech())
+    try:
+        steps = room(cascade, conversation([0.5, "what is the capital of france", 0.2]).audio,
+                     echo_gain, seconds=12.0)  # fmt: skip
+    finally:
+        cascade.close()
+    assert sum(played(s) for s in steps) >= 2  # the answer was heard in the room
+    assert ears.heard == 1 and not any(s.barge_in for s in steps)
+    assert sum(s.turn_end for s in steps) == 1
+    assert cascade.own_voice > 0  # its voice was heard, and taken for its own
+
+
+def test_its_own_voice_would_set_it_talking_to_itself_without_the_gate(make) -> None:
+    """The same room with the gate off: the echo is answered (the test above has teeth)."""
+    ears = Ears()
+    cascade = BasicCascade(
+        ears, Mouth(("Paris is the capital,", "and a lovely city.")), Speech(), self_voice=0.0
+    )
+    try:
+        room(cascade, conversation([0.5, "what is the capital of france", 0.2]).audio, 0.08, 12.0)
+    finally:
+        cascade.close()
+    assert ears.heard > 1
+
+
+def test_the_user_who_speaks_up_over_it_still_barges_in(make) -> None:
+    ears = Ears()
+    clauses = tuple(f"this is clause number {i} of a long answer." for i in range(8))
+    cascade = BasicCascade(ears, Mouth(clauses), Speech())
+    question = conversation([0.5, "tell me a long story", 0.2]).audio
+    try:
+        steps = room(cascade, question, 0.05, seconds=3.0)
+        assert any(played(s) for s in steps[-3:])  # it is answering
+        steps += room(cascade, conversation(["no wait, stop talking please"]).audio, 0.05, 1.0)
+    finally:
+        cascade.close()
+    assert sum(s.barge_in for s in steps) == 1

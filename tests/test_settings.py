@@ -134,3 +134,22 @@ def test_check_settings_catches_empty_and_truncated_checkpoint_files(tmp_path: P
     (folder / "flow.pt").write_bytes(b"<html>not found</html>")
     with pytest.raises(SettingsError, match="is not a PyTorch checkpoint"):
         _check_checkpoint(folder)
+
+
+def test_echo_cancellation_that_cannot_run_is_refused_before_anything_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On by default; where the canceller cannot run the settings check says so, with the fix,
+    before a model loads (it once failed 30 s into Moshi's load, with a traceback)."""
+    import app.audio.echo as echo
+    from app.audio.devices import AudioError
+
+    assert Settings().echo_cancel
+
+    def absent() -> None:
+        raise AudioError(f"{echo.INSTALL_HINT} (No module named 'pywebrtc_audio')")
+
+    monkeypatch.setattr(echo, "_webrtc", absent)
+    with pytest.raises(SettingsError, match=r"echo_cancel = true: .*pip install pywebrtc-audio"):
+        check_settings(Settings(family="synthetic", device="cpu"))
+    check_settings(Settings(family="synthetic", device="cpu", echo_cancel=False))

@@ -29,6 +29,16 @@ fast as it goes) the periods would outrun the worker and the answer would land a
 ended, so with ``realtime=False`` a speaking step waits for the worker until it has a period of
 audio or the answer is done: the output is then the same whatever the machine's speed.
 
+Its own voice. On speakers the microphone hears the answer too (echo cancellation leaves a
+residue, most of all while it converges), and the answer's tail still plays after the period
+that handed out its last sample (the sink's queue, the device's latency). A voiced window counts
+as the user only when it is louder than ``self_voice`` times the loudest window the cascade
+played in the last two periods (the echo's delay is under a period): quieter voice is taken for
+its own (0.1: 20 dB down, what echo cancellation leaves). So it does not answer itself, nor
+barge in on itself; a user who speaks up over it does. With nothing played lately the
+reference is zero and every voiced window counts. (The reference is the output's level, not
+the microphone's: a microphone set far quieter than the voice makes barging in harder.)
+
 Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodModel``) whose audio
 is at most one period, the part of the answer this period plays: the loop's playout queue stays
 empty, so a barge-in silences the answer at once. The phase is ``SPEAK`` from the take (the
@@ -110,6 +120,8 @@ class BasicCascade:
         realtime: the clock is real (a step never waits); False: a speaking step waits for the
             worker (a simulated clock; see the module docstring).
         wait_s: the longest a step waits for the worker when ``realtime`` is False.
+        self_voice: a voiced window quieter (rms) than this times the loudest window played in
+            the last two periods is taken for the cascade's own voice (module docstring).
     """
 
     def __init__(
@@ -124,6 +136,7 @@ class BasicCascade:
         max_utterance_s: float = 30.0,
         realtime: bool = True,
         wait_s: float = 300.0,
+        self_voice: float = 0.1,
     ) -> None:
         if recognizer.rate != RATE:
             raise ValueError(f"the recognizer hears {recognizer.rate} Hz; silero-vad needs {RATE}")
@@ -131,7 +144,7 @@ class BasicCascade:
         self.input_samples = _samples(period_s, self.input_rate)
         self.output_samples = _samples(period_s, self.output_rate)
         self.recognizer, self.replier, self.voice = recognizer, replier, voice
-        self.realtime, self.wait_s = realtime, wait_s
+        self.realtime, self.wait_s, self.self_voice = realtime, wait_s, self_voice
         self._arm = Arm.EAGER
         self._span: SpanFactory | None = None
         self.vad = VoiceActivity()
@@ -174,6 +187,8 @@ class BasicCascade:
         self._utterance = 0  # the sample where the user's current utterance begins
         self._done = False  # the current job posted ``done``
         self._playout: deque[np.ndarray] = deque()
+        self._played: deque[float] = deque([0.0, 0.0], maxlen=2)  # loudest window, per period
+        self.own_voice = 0  # voiced windows taken for the cascade's own voice
 
     def close(self) -> None:
         """Stop the worker thread (after its current model call); the cascade is unusable after."""
@@ -194,16 +209,22 @@ class BasicCascade:
             probs = self.vad.push(audio)
             was_speaking = self.taker.speaking
             event = TurnEvent.NONE
+            echo = self.self_voice * max(self._played)
             for prob in probs.tolist():
+                if prob >= self.taker.params.off and self._window_rms() < echo:
+                    prob, self.own_voice = 0.0, self.own_voice + 1  # its own voice, not the user
                 happened = self._window(prob, hold=event is not TurnEvent.NONE)
                 event = happened if happened is not TurnEvent.NONE else event
         voice = float(probs.max()) if probs.size else 0.0
         if was_speaking and event is TurnEvent.BARGE_IN:
+            self._played.append(0.0)
             return PeriodStep(Phase.LISTEN, (), voice, turn_end=True, barge_in=True)
         if not self.taker.speaking:
+            self._played.append(0.0)
             return PeriodStep(Phase.LISTEN, (), voice)
         heard, said = self._drain()
         pcm = self._play()
+        self._played.append(_loudest(pcm, round(self.taker.params.window_s * self.output_rate)))
         ended = self._done and not self._playout
         if ended:
             self.taker.finish()
@@ -242,6 +263,12 @@ class BasicCascade:
         elif floor is Floor.USER and self.taker.floor is Floor.IDLE:  # too short to answer
             self._cancel()
         return event
+
+    def _window_rms(self) -> float:
+        """Rms of the input window the VAD's next probability is about (``_windows``)."""
+        start = self._windows * WINDOW - self._heard_start
+        window = self._heard[max(0, start) : max(0, start + WINDOW)]
+        return float(np.sqrt(np.mean(window**2))) if window.size else 0.0
 
     def _start(self, end: int) -> None:
         """Send the utterance up to sample ``end`` to the worker as the current job."""
@@ -340,6 +367,15 @@ class BasicCascade:
                 job.events.put(("say", clause, self.voice.speak(clause)))
 
         self.replier.reply(text, say, job.cancelled)
+
+
+def _loudest(pcm: np.ndarray, window: int) -> float:
+    """The largest rms over ``window``-sample windows of ``pcm`` (0 for none)."""
+    usable = pcm.size - pcm.size % window if pcm.size >= window else 0
+    if usable == 0:
+        return float(np.sqrt(np.mean(pcm**2))) if pcm.size else 0.0
+    blocks = pcm[:usable].reshape(-1, window)
+    return float(np.sqrt((blocks**2).mean(axis=1)).max())
 
 
 def _samples(period_s: float, rate: int) -> int:

@@ -12,28 +12,39 @@ from app.audio.devices import (
     AudioError,
     AudioStats,
     DeviceInfo,
+    DeviceLost,
     find_device,
     list_devices,
     match_device,
     refresh_devices,
 )
-from app.audio.echo import EchoCanceller, echo_available
+from app.audio.echo import (
+    HEADPHONES_HINT,
+    EchoCanceller,
+    canceller_rate,
+    check_echo_cancel,
+    echo_available,
+)
 from app.audio.jitter import JitterBuffer
 from app.audio.rings import SILENCE_DBFS, Ring, peak_dbfs
 from app.audio.sink import DeviceSink
 from app.audio.source import DeviceSource, cancel_playback_echo
 
 __all__ = [
+    "HEADPHONES_HINT",
     "SILENCE_DBFS",
     "AudioError",
     "AudioStats",
     "DeviceInfo",
+    "DeviceLost",
     "DeviceSink",
     "DeviceSource",
     "EchoCanceller",
     "JitterBuffer",
     "Ring",
     "cancel_playback_echo",
+    "canceller_rate",
+    "check_echo_cancel",
     "echo_available",
     "find_device",
     "list_devices",

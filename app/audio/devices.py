@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
 
+from app.audio.cstderr import capture_c_stderr
+
 Kind = Literal["input", "output"]
 
 VIRTUAL_HINT = 'or start the virtual device: eval "$(scripts/virtual_audio.sh)"'
@@ -35,6 +37,22 @@ log = logging.getLogger("duplexcadence.audio")
 
 class AudioError(RuntimeError):
     """An audio device problem; the message names the fix."""
+
+
+class DeviceLost(AudioError):
+    """A device stopped mid-conversation (unplugged, or its sound server stopped): the
+    conversation ends with this one line, which names the device and the fix."""
+
+
+_WHAT = {"input": "microphone", "output": "speaker"}
+
+
+def lost_line(kind: Kind, device: str) -> str:
+    """The line that ends a conversation whose ``kind`` device ``device`` stopped."""
+    return (
+        f"the {_WHAT[kind]} {device} stopped (unplugged, or its sound server stopped): "
+        "reconnect it or restart the sound server, then start the conversation again"
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,7 @@ def portaudio() -> ModuleType:
     """The ``sounddevice`` module, imported on first use; AudioError naming the fix if absent."""
     global _sd_module
     if _sd_module is None:
+        capture_c_stderr()  # PortAudio's own lines, rate-limited (a dead stream prints in a loop)
         try:
             import sounddevice
         except OSError as exc:  # the wheel does not bundle PortAudio on Linux

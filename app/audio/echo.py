@@ -16,6 +16,12 @@ kept while the measured ideal stays within ``tolerance_s`` of it: periods that a
 late move nothing. Only a larger jump (two device clocks drifting apart, a tap that
 overflowed) re-anchors it, counted in ``realigned``. Runs on the engine thread, inside
 ``read_period``.
+
+Rates. AEC3 takes 16, 32 or 48 kHz only (:data:`AEC_RATES`); a model that hears another rate
+(Moshi: 24 kHz) is cancelled at the next rate up (:func:`canceller_rate`): the near end goes up
+and back down through stateful soxr streams, and so does the far end. The way back comes in
+soxr's bursts: a period that finds it short is padded with zeros at its start, once, which
+delays the near end by that much for the rest of the stream (counted in ``padded``).
 """
 
 from __future__ import annotations
@@ -29,9 +35,18 @@ import soxr
 from app.audio.devices import AudioError
 from app.audio.rings import Ring
 
+AEC_RATES = (16000, 32000, 48000)  # the rates WebRTC's AEC3 accepts
+
 INSTALL_HINT = (
-    "echo cancellation needs the optional package pywebrtc-audio: pip install pywebrtc-audio "
+    "echo cancellation needs the package pywebrtc-audio: pip install pywebrtc-audio==0.2.0 "
     "(or turn echo cancellation off)"
+)
+
+# What the window says where a new user meets speakers (the first-run banner, Help).
+HEADPHONES_HINT = (
+    "On speakers the assistant could hear itself: echo cancellation is on to stop that. "
+    "Headphones work best; with speakers keep the volume moderate, and to interrupt the "
+    "assistant speak up clearly over it."
 )
 
 
@@ -42,6 +57,20 @@ def _webrtc() -> ModuleType:
         raise AudioError(f"{INSTALL_HINT} ({exc})") from exc
 
 
+def check_echo_cancel() -> None:
+    """AudioError naming the fix unless a canceller can run here (before any model loads): the
+    package imports and AEC3 starts at each rate it takes (others are resampled to those)."""
+    module = _webrtc()
+    for rate in AEC_RATES:
+        try:
+            module.EchoCanceller(sample_rate=rate, num_channels=1, stream_delay_ms=0)
+        except Exception as exc:  # a broken build: say so before a model loads, not after
+            raise AudioError(
+                f"echo cancellation does not start at {rate} Hz ({exc}): "
+                f"reinstall pywebrtc-audio, or turn echo cancellation off"
+            ) from exc
+
+
 def echo_available() -> bool:
     """Whether echo cancellation can be turned on here (pywebrtc-audio is importable)."""
     try:
@@ -49,6 +78,16 @@ def echo_available() -> bool:
     except AudioError:
         return False
     return True
+
+
+def canceller_rate(rate: int) -> int:
+    """The rate AEC3 runs at for a stream at ``rate``: ``rate`` itself when AEC3 takes it, else
+    the next one up (the highest above 48 kHz)."""
+    return next((r for r in AEC_RATES if r >= rate), AEC_RATES[-1])
+
+
+def _resampler(a: float, b: int) -> soxr.ResampleStream | None:
+    return None if round(a) == b else soxr.ResampleStream(a, b, 1, "float32")
 
 
 class EchoCanceller:
@@ -64,21 +103,23 @@ class EchoCanceller:
     ) -> None:
         module = _webrtc()
         self.rate = rate
+        self.aec_rate = aec = canceller_rate(rate)
         path = max(0, int(delay_ms))  # echo path: output + input latency, in ms
-        self._margin = round(path / 2 * rate / 1000)
-        self._tolerance = round(tolerance_s * rate)
+        self._margin = round(path / 2 * aec / 1000)
+        self._tolerance = round(tolerance_s * aec)
         self._aec = module.EchoCanceller(
-            sample_rate=rate, num_channels=1, stream_delay_ms=path - path // 2
+            sample_rate=aec, num_channels=1, stream_delay_ms=path - path // 2
         )
         far.skip(far.available)  # what played before now cannot be in the coming periods
         self._tap = far
-        self._resampler = (
-            None if round(far_rate) == rate else soxr.ResampleStream(far_rate, rate, 1, "float32")
-        )
-        self._far = Ring(max(1, 4 * rate))  # written = far samples ever played, at ``rate``
-        self._near = 0  # near samples ever processed
+        self._resampler = _resampler(far_rate, aec)
+        self._up, self._down = _resampler(rate, aec), _resampler(aec, rate)
+        self._back = Ring(max(1, 4 * rate))  # cleaned near end on its way back to ``rate``
+        self._far = Ring(max(1, 4 * aec))  # written = far samples ever played, at ``aec_rate``
+        self._near = 0  # near samples ever processed, at ``aec_rate``
         self._offset: int | None = None  # far index = near index + offset
         self.realigned = 0  # re-anchors after the first (drift or an overflowed tap)
+        self.padded = 0  # zeros put before the near end when the way back ran short
 
     def process(self, near: np.ndarray, backlog: int = 0) -> np.ndarray:
         """Return ``near`` (float32 mono at ``rate``) with the played audio's echo removed.
@@ -87,14 +128,30 @@ class EchoCanceller:
         """
         self._take_played()
         n = len(near)
-        ideal = self._far.written - backlog - self._margin - (self._near + n)
+        up = np.ascontiguousarray(near, dtype=np.float32)
+        if self._up is not None:
+            up = self._up.resample_chunk(up)
+            backlog = round(backlog * self.aec_rate / self.rate)
+        m = len(up)
+        ideal = self._far.written - backlog - self._margin - (self._near + m)
         if self._offset is None or abs(ideal - self._offset) > self._tolerance:
             self.realigned += int(self._offset is not None)
             self._offset = ideal
-        far = self._far_block(self._near + self._offset, n)
-        self._near += n
-        cleaned: np.ndarray = self._aec.process(np.ascontiguousarray(near, dtype=np.float32), far)
-        return cleaned
+        far = self._far_block(self._near + self._offset, m)
+        self._near += m
+        cleaned: np.ndarray = self._aec.process(up, far) if m else up
+        if self._down is None:
+            return cleaned
+        return self._back_to_rate(self._down, cleaned, n)
+
+    def _back_to_rate(self, down: soxr.ResampleStream, cleaned: np.ndarray, n: int) -> np.ndarray:
+        """``n`` samples at ``rate`` of the cleaned stream; zeros first when it runs short."""
+        self._back.write(down.resample_chunk(cleaned))
+        out = np.zeros(n, dtype=np.float32)
+        short = max(0, n - self._back.available)
+        self.padded += short
+        self._back.read_into(out[short:])
+        return out
 
     def _take_played(self) -> None:
         played = self._tap.read()

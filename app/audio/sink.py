@@ -26,7 +26,10 @@ class DeviceSink(DeviceStream):
 
     ``prebuffer_s`` of audio is queued before playback (re)starts; ``buffer_s`` is the most that
     can wait (writes beyond it are dropped and counted as overflows); ``fade_s`` is the fade out
-    when the buffer runs dry and the fade in when playback resumes.
+    when the buffer runs dry and the fade in when playback resumes. For ``settle_s`` of device
+    time from the first sample written, underflows and dry spells are not counted: the first
+    periods come late by nature (the stream primes, the model's first step is its slowest), and
+    a dropout shown a second after Start is no dropout of the conversation.
     """
 
     kind = "output"
@@ -42,9 +45,15 @@ class DeviceSink(DeviceStream):
         buffer_s: float = 10.0,
         fade_s: float = 0.005,
         latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
-        lost_after_s: float = 2.0,
+        lost_after_s: float = 0.5,
+        settle_s: float = 2.0,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)
+        self.settle_s = settle_s
+        self._settle = (
+            0  # device samples of the start-up period left (counted from the first write)
+        )
+        self._dry_base = 0  # dry spells of the start-up period, not counted
         if not 0 <= prebuffer_s < buffer_s:
             raise ValueError(f"prebuffer_s {prebuffer_s}: give 0 <= prebuffer_s < {buffer_s}")
         self.in_rate = rate
@@ -62,19 +71,25 @@ class DeviceSink(DeviceStream):
             fade=max(1, round(self.fade_s * rate)),
         )
         self._block = np.zeros(4 * block, dtype=np.float32)
+        self._settle, self._dry_base = round(self.settle_s * rate), 0
         same = round(rate) == self.in_rate
         self._resampler = None if same else soxr.ResampleStream(self.in_rate, rate, 1, "float32")
 
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
         stats = self.stats
         stats.blocks += 1
-        if status.output_underflow:
+        settling = self._settle > 0
+        if status.output_underflow and not settling:
             stats.underflows += 1
         if frames > len(self._block):  # larger block than asked for: rare enough to allocate
             self._block = np.zeros(frames, dtype=np.float32)
         block = self._block[:frames]
         self._jitter.pull(block)
-        stats.dry_events = self._jitter.dry_events
+        if settling:
+            self._dry_base = self._jitter.dry_events
+            if self._jitter.ring.written:  # the start-up period runs from the first write
+                self._settle -= frames
+        stats.dry_events = self._jitter.dry_events - self._dry_base
         outdata[:] = block[:, np.newaxis]  # the same signal on every channel
         tap = self._tap
         if tap is not None:
@@ -84,8 +99,8 @@ class DeviceSink(DeviceStream):
     def write(self, pcm: np.ndarray) -> None:
         """Queue ``pcm`` (float32 mono at ``rate``, shape (n,) or (1, n)). Engine thread.
 
-        Never blocks and never raises for device trouble: on a lost or closed device the
-        samples are dropped (counted in ``dropped``).
+        Never blocks. A lost device raises :class:`~app.audio.devices.DeviceLost` (the samples
+        are dropped, counted in ``dropped``); on a closed one they are only dropped.
         """
         samples = np.ascontiguousarray(pcm, dtype=np.float32).reshape(-1)
         with self._lock:
@@ -94,6 +109,7 @@ class DeviceSink(DeviceStream):
             self._check_alive()
             if self._stream is None:
                 self.dropped += len(samples)
+                self._raise_lost()
                 return
             resampler = self._resampler
             converted = samples if resampler is None else resampler.resample_chunk(samples)
@@ -127,6 +143,14 @@ class DeviceSink(DeviceStream):
         """Seconds of audio waiting to be played (the output latency we add). Any thread."""
         rate = self.stats.rate or 1.0
         return self._jitter.ring.available / rate
+
+    @property
+    def ahead_s(self) -> float:
+        """Seconds until a sample written now is played (reaches the converter): what is queued
+        before it, the prebuffer while playback waits to start, and the device's latency as
+        PortAudio reports it. Any thread."""
+        wait = 0.0 if self._jitter.playing else self.prebuffer_s
+        return self.queued_s + wait + self.stats.latency_s
 
     @property
     def playing(self) -> bool:

@@ -44,7 +44,7 @@ class DeviceSource(DeviceStream):
         *,
         ring_s: float = 10.0,
         latency: str | float = 0.1,  # PortAudio buffer (s): room for a busy host; a period is 1 s
-        lost_after_s: float = 2.0,
+        lost_after_s: float = 0.5,
     ) -> None:
         super().__init__(device, host_api, block_s, latency, lost_after_s)
         self.out_rate = rate
@@ -113,8 +113,8 @@ class DeviceSource(DeviceStream):
         """Exactly ``samples`` float32 mono samples at ``rate``; None once closed.
 
         Blocks until the device delivered them. After ``timeout`` seconds it returns what it
-        has, padded with zeros (counted in ``stats.stalls``). A lost device gives zeros paced to
-        the wall clock (no busy loop) and never raises; see :meth:`reopen`.
+        has, padded with zeros (counted in ``stats.stalls``). A lost device raises
+        :class:`~app.audio.devices.DeviceLost` (within ``lost_after_s``); see :meth:`reopen`.
         """
         if self._stream is None and not self.stats.lost and not self._closed:
             raise AudioError("DeviceSource.read_period before start(): call start() first")
@@ -124,16 +124,13 @@ class DeviceSource(DeviceStream):
                 if self._closed:
                     return None
                 self._check_alive()
-                lost = self.stats.lost
-                if not lost:
-                    self._drain()
-                    if self._pending.available >= samples:
-                        return self._take(samples)
-                    if deadline is not None and time.monotonic() >= deadline:
-                        self.stats.stalls += 1
-                        return self._take(samples)
-            if lost:
-                return self._lost_period(samples, deadline)
+                self._raise_lost()
+                self._drain()
+                if self._pending.available >= samples:
+                    return self._take(samples)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.stats.stalls += 1
+                    return self._take(samples)
             time.sleep(self.block_s / 2)  # about two polls per device block
 
     def _take(self, samples: int) -> np.ndarray:
@@ -156,12 +153,12 @@ class DeviceSource(DeviceStream):
         if self._pending.write(converted) < len(converted):
             self.stats.overflows += 1
 
-    def _lost_period(self, samples: int, deadline: float | None) -> np.ndarray:
-        wait = samples / self.out_rate
-        if deadline is not None:
-            wait = min(wait, max(0.0, deadline - time.monotonic()))
-        time.sleep(wait)
-        return np.zeros(samples, dtype=np.float32)
+    @property
+    def captured_ago_s(self) -> float:
+        """Seconds since the last sample :meth:`read_period` handed out was captured (at the
+        converter): what was captured after it and still waits, and the device's latency as
+        PortAudio reports it. Read right after ``read_period``. Any thread."""
+        return self.queued_s + self.stats.latency_s
 
     @property
     def queued_s(self) -> float:

@@ -8,8 +8,10 @@ stream that PortAudio finished on its own, or whose callbacks stopped for ``lost
 is marked ``stats.lost`` and closed through :func:`~app.audio.devices.close_stream` (PortAudio
 19.6 never returns from closing a stream whose sound server died, so the engine thread does
 not wait on it, close() waits at most ``CLOSE_WAIT_S`` and a close that does not return is
-abandoned and counted in ``stats.abandoned``); reads then give silence and writes are dropped,
-never an exception, until :meth:`reopen`.
+abandoned and counted in ``stats.abandoned``). The next read or write raises
+:class:`~app.audio.devices.DeviceLost` (the conversation's end, one line naming the device and
+the fix), as does every later one until :meth:`reopen`. ``lost_after_s`` (0.5 s) without a
+callback is a stall: a device block is 20 ms, and the engine checks at every poll of a read.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from app.audio.devices import (
     AudioError,
     AudioStats,
     DeviceInfo,
+    DeviceLost,
     Kind,
     close_stream,
     find_device,
     list_devices,
+    lost_line,
     portaudio,
     refresh_devices,
     register_stream,
@@ -160,13 +164,17 @@ class DeviceStream:
         self.stats.lost = False
         self._seen_blocks, self._seen_at = self.stats.blocks, time.monotonic()
 
-    def close(self) -> None:
-        """Stop and close the stream; idempotent. Reads return None afterwards."""
+    def close(self, wait: bool = True) -> None:
+        """Stop and close the stream; idempotent. Reads return None afterwards. ``wait=False``:
+        do not wait for PortAudio (another device of the conversation was lost: this one's
+        server may be gone too, and its close would take ``CLOSE_WAIT_S`` to be abandoned)."""
         with self._lock:
             self._closed = True
             stream = self._leave_stream()
             if stream is not None:  # waits at most CLOSE_WAIT_S: closing hangs when the server died
-                close_stream(stream, self._what(self.info), self._abandoned).join()
+                watchdog = close_stream(stream, self._what(self.info), self._abandoned)
+                if wait:
+                    watchdog.join()
 
     def __enter__(self) -> Self:
         self.start()
@@ -196,12 +204,26 @@ class DeviceStream:
         if self.stats.blocks != self._seen_blocks:
             self._seen_blocks, self._seen_at = self.stats.blocks, now
         stalled = now - self._seen_at > self.lost_after_s
+        if stalled:  # or a thread held the GIL that long: callbacks waiting for it run now
+            time.sleep(2 * self.block_s)
+            if self.stats.blocks != self._seen_blocks:
+                self._seen_blocks, self._seen_at, stalled = (
+                    self.stats.blocks,
+                    time.monotonic(),
+                    False,
+                )
         if self._finished or stalled:
             self._mark_lost()
 
     def _mark_lost(self) -> None:
         self.stats.lost = True
         close_stream(self._leave_stream(), self._what(self.info), self._abandoned)  # no wait
+
+    def _raise_lost(self) -> None:
+        """Engine side, after :meth:`_check_alive`: a lost device ends the conversation."""
+        if self.stats.lost:
+            info = self.info
+            raise DeviceLost(lost_line(self.kind, info.describe() if info else repr(self.device)))
 
     def _what(self, info: DeviceInfo | None) -> str:
         return f"{self.kind} device {info.describe() if info else self.device}"

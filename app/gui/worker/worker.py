@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
+from app.audio.devices import DeviceLost
 from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
 from app.gui.worker.clip import ClipCounts
 from app.gui.worker.controls import AudioControls
@@ -185,6 +187,8 @@ class EngineThread(QThread):
             reason = self._loop(session, audio, self.recorder)
         except StartError as exc:  # worded for the window already; no traceback needed
             self.failed.emit(str(exc))
+        except DeviceLost as exc:  # a device stopped mid-conversation: one line, no traceback
+            self.failed.emit(describe_error(exc))
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
             self.failed.emit(describe_error(exc))
@@ -248,6 +252,7 @@ class EngineThread(QThread):
             raw = audio.source.read_period(samples)
             if raw is None:
                 return "input ended"
+            read_at, behind = time.monotonic(), getattr(audio.source, "captured_ago_s", 0.0)
             mic_stage.gain_db = controls.mic_gain_db
             mic = mic_stage.process(raw)
             heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
@@ -255,7 +260,12 @@ class EngineThread(QThread):
             view = PeriodView.from_outcome(outcome)
             out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
             played = out_stage.process(outcome.pcm)
-            played_at = view.t_s + (view.budget_ms + view.processing_ms) / 1e3
+            # When its first sample is played, in microphone time: the period's end was
+            # captured ``behind`` before the read; then the step; then what the sink plays first.
+            ahead = getattr(audio.sink, "ahead_s", 0.0)
+            played_at = (
+                view.t_s + view.budget_ms / 1e3 + behind + time.monotonic() - read_at + ahead
+            )
             response_s = clock.feed(view.t_s, heard, outcome.pcm, played_at)
             view = dataclasses.replace(
                 view,
