@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from adapters.moshi.checkpoint import Vocabulary
+    from adapters.moshi.sessions import MoshiSessions
     from adapters.moshi.stream import MoshiStream
     from engine.arms import Arm
     from engine.duplex import PeriodStep, SpanFactory
@@ -45,7 +46,6 @@ __all__ = ["MOSHI", "MoshiFamily", "MoshiPeriods"]
 
 AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
 VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
-SAMPLING_KEYS = ("temp", "temp_text", "top_k", "top_k_text", "use_sampling")
 
 
 @dataclass(frozen=True)
@@ -101,14 +101,18 @@ class MoshiFamily:
         return Footprint((files.folder,), needs, ("moshi",))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
+        return self.load_sessions(request, progress).open(
+            request.seed, request.arm, None, report=progress
+        )
+
+    def load_sessions(self, request: ModelRequest, progress: Progress) -> MoshiSessions:
+        """The weights alone, for one session or many (``adapters.face.SessionSource``)."""
         import torch
-        from moshi.models.lm import LMGen
 
         from adapters.moshi.checkpoint import build_models
         from adapters.moshi.config import size_for
-        from adapters.moshi.stream import MoshiStream
+        from adapters.moshi.sessions import MoshiSessions
         from engine.declaration_io import load_declaration
-        from engine.replay import ReplayEngine
 
         self.check(request)
         device = torch.device(request.device)
@@ -125,55 +129,15 @@ class MoshiFamily:
         except CheckpointError as error:
             setting = "device" if "GPU memory" in str(error) else "checkpoint"
             raise FamilyError(str(error), setting) from None
-        build_s = time.perf_counter() - t0
         progress("loading", 0.9)
-        sampling = {k: v for k, v in models.sampling.items() if k in SAMPLING_KEYS}
-        lm_gen = LMGen(models.lm, **sampling)
-        replay = ReplayEngine(device)
-        values = size.point
-        sdpa = declaration.operators["lm_step"].kernels.get("sdpa", "default")
-        stream = MoshiStream(
-            models.mimi,
-            lm_gen,
-            replay=replay,
-            arm=request.arm,
-            samples_per_frame=values["samples_per_frame"],
-            sdpa=sdpa if device.type == "cuda" else "default",
-        )
-        _check_rings(stream, values)
-        progress("loading", 1.0)
-        warmup = warm_up(stream, replay, seed=request.seed, report=progress)
-        warmup["build_s"] = round(build_s, 3)
-        torch.manual_seed(request.seed)  # the conversation's draws do not depend on the warm-up
-        rate = declaration.clock_rate("sample", values)
-        model = MoshiPeriods(
-            stream,
-            models.vocab,
-            period_s=values["samples_per_frame"] / rate,
-            rate=round(rate),
-        )
         weights = "checkpoint" if files is not None else "seeded random weights"
-        return LoadedModel(
-            model=model,
-            replay=replay,
+        return MoshiSessions(
+            models,
+            declaration,
+            size,
+            device,
             title=f"Moshi ({size.name}, {weights})",
-            declaration=declaration.name,
-            weights_synthetic=files is None,
-            stages=("encode", "lm", "decode", "frame"),
-            warmup=warmup,
-            facts={
-                "model_size": size.name,
-                "temporal_sdpa": stream.ops.sdpa,
-                "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
-                "clock_followers": stream.clock_followers,
-                "sampling": {
-                    "temp": lm_gen.temp,
-                    "temp_text": lm_gen.temp_text,
-                    "top_k": lm_gen.top_k,
-                    "top_k_text": lm_gen.top_k_text,
-                },
-            },
-            has_text=True,
+            build_s=time.perf_counter() - t0,
         )
 
 
@@ -194,10 +158,17 @@ def _check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
 
 
 def warm_up(
-    stream: MoshiStream, replay: ReplayEngine, *, seed: int, report: Progress
+    stream: MoshiStream,
+    replay: ReplayEngine,
+    *,
+    seed: int,
+    report: Progress,
+    only_own_arm: bool = False,
 ) -> dict[str, Any]:
     """Capture every replay arm's catalog (an opening and a steady frame, each seen twice: the
     first warms, the second captures), then reset the stream, restore its arm and seal.
+    ``only_own_arm``: the stream's own arm's catalog alone (a multiplexed session, whose memory
+    counts: a later switch to another replay arm runs that arm eagerly, counted ``sealed``).
 
     The microphone frames are seeded noise (never zeros: a silent warm-up would warm nothing a
     conversation does not also reach, but proves less). Every arm is warmed, so a live switch
@@ -210,7 +181,7 @@ def warm_up(
     arm = stream.arm
     g = torch.Generator().manual_seed(seed)
     frames = [0.1 * torch.randn((1, 1, stream.spf), generator=g) for _ in range(2)]
-    replay_arms = [a for a in Arm if a.replay]
+    replay_arms = [a for a in Arm if a.replay and (a is arm or not only_own_arm)]
     report("capture", 0.0)
     t0 = time.perf_counter()
     for i, a in enumerate(replay_arms):
