@@ -37,10 +37,10 @@ On the CPU the state is the host generator's, installed around the whole period.
 
 **Scheduling.** Due periods run earliest deadline first (deadline = due + the session's period),
 a session's periods in order and never two at once. ``lanes`` workers (CUDA streams) run periods
-concurrently on CUDA; on the CPU there is one lane. Admission control refuses a session (one
-line, :class:`AdmissionRefused`) when the measured capacity would be exceeded: the count
-measured for this family and arm on this device (``Capacity.sessions``), or, for one lane, the
-utilization the admitted sessions' measured periods already use.
+concurrently (threads on the CPU too, where they prove the scheduling). Admission control
+refuses a session (one line, :class:`AdmissionRefused`) when the measured capacity would be
+exceeded: the count measured for this family and arm on this device (``Capacity.sessions``),
+or, for one lane, the utilization the admitted sessions' measured periods already use.
 
 Threads: ``admit``, ``submit``, ``drain`` and ``close`` from one controlling thread; the lanes are
 the multiplexer's own threads. Nothing here knows a model family.
@@ -188,7 +188,7 @@ class _Session:
     period_s: float
     state_bytes: int
     close: Callable[[], None] | None
-    eager_periods: bool  # the whole period reads the default generator (installed, locked)
+    eager_periods: Callable[[Any], bool]  # this period (its input) reads the generator eagerly
     pending: deque[tuple[int, float, Any]] = field(default_factory=deque)
     busy: bool = False
     periods: int = 0
@@ -207,7 +207,7 @@ class Multiplexer:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.capacity = capacity or Capacity()
-        self.lanes = self.capacity.lanes if self.cuda else 1
+        self.lanes = self.capacity.lanes
         if self.lanes < 1:
             raise ValueError(f"lanes={self.capacity.lanes}: need at least one")
         self.rng_lock = threading.RLock()
@@ -234,7 +234,7 @@ class Multiplexer:
         seed: int,
         period_s: float,
         state_bytes: int = 0,
-        eager_periods: bool = False,
+        eager_periods: Callable[[Any], bool] = lambda payload: False,
         cost_s: float | None = None,
     ) -> int:
         """Open a session if the measured capacity holds it; returns its id.
@@ -243,8 +243,10 @@ class Multiplexer:
         while ``rng`` is installed and no period runs, and returns its stepper and what ends it;
         the session's replay engine takes ``rng.eager`` as its ``eager_guard``.
         ``cost_s``: what one of its periods is expected to cost, for the utilization check
-        (default: the admitted sessions' mean). ``eager_periods``: its periods run eagerly
-        outside any replay engine (a stock arm), so they hold the generator lock throughout.
+        (default: the admitted sessions' mean). ``eager_periods(payload)``: whether the period
+        of that input runs eagerly outside any replay engine (e.g. its arm, after a switch the
+        input asks for, does not replay): such a period holds the generator lock throughout, with
+        the session's state installed.
         """
         self._check_admission(period_s, state_bytes, cost_s)
         lock = self.rng_lock if self.lanes > 1 else None
@@ -316,9 +318,8 @@ class Multiplexer:
 
     def start(self) -> None:
         """Start the lanes: from now on periods run as they are submitted, on the lanes' own
-        threads (CUDA only); without it ``drain`` runs them on the caller's thread, one lane."""
-        if self.cuda:
-            self._start_lanes()
+        threads; without it ``drain`` runs them on the caller's thread, one at a time."""
+        self._start_lanes()
 
     def shutdown(self) -> None:
         """Stop the lanes (after the queued periods) and close every session."""
@@ -410,7 +411,7 @@ class Multiplexer:
         result: Any = None
         error: BaseException | None = None
         try:
-            with self._period_rng(session):
+            with self._period_rng(session, payload):
                 result = session.step(payload)
             if self.cuda:
                 torch.cuda.current_stream(self.device).synchronize()
@@ -429,10 +430,10 @@ class Multiplexer:
                 self._push(session)
             self._cv.notify_all()
 
-    def _period_rng(self, session: _Session) -> AbstractContextManager[None]:
+    def _period_rng(self, session: _Session, payload: Any) -> AbstractContextManager[None]:
         if self.lanes == 1:
             return session.rng.active()
-        if session.eager_periods:
+        if session.eager_periods(payload):
             return _both(self.rng_lock, session.rng.active())
         return nullcontext()
 
@@ -448,23 +449,28 @@ class Multiplexer:
             self._workers.append(worker)
 
     def _lane(self, lane: int) -> None:
-        stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        if not self.cuda:
+            self._serve()
+            return
         torch.cuda.set_device(self.device)
-        with torch.cuda.stream(stream):
-            while True:
+        with torch.cuda.stream(torch.cuda.Stream(device=self.device)):  # type: ignore[no-untyped-call]
+            self._serve()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and (not self._heap or self._running < 0):
+                    self._cv.wait()
+                if self._stop and not self._heap:
+                    return
+                session = self._pop()
+                self._running += 1
+            try:
+                self._run(session)
+            finally:
                 with self._cv:
-                    while not self._stop and (not self._heap or self._running < 0):
-                        self._cv.wait()
-                    if self._stop and not self._heap:
-                        return
-                    session = self._pop()
-                    self._running += 1
-                try:
-                    self._run(session)
-                finally:
-                    with self._cv:
-                        self._running -= 1
-                        self._cv.notify_all()
+                    self._running -= 1
+                    self._cv.notify_all()
 
 
 @contextmanager

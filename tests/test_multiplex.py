@@ -200,6 +200,11 @@ def _moshi_stepper(model: Any) -> Callable[[tuple[Any, np.ndarray]], Any]:
     return step
 
 
+def _arm_of(payload: tuple[Any, np.ndarray], model: Any) -> Arm:
+    """The arm a period runs under: the one its input switches to, else the model's."""
+    return payload[0] if isinstance(payload[0], Arm) else model.arm
+
+
 def _moshi_payloads(seed: int) -> list[tuple[Any, np.ndarray]]:
     frames = noise(MOSHI_FRAMES, seed=seed + 100)
     events = MOSHI_EVENTS[seed]
@@ -217,15 +222,26 @@ def test_moshi_sessions_equal_each_alone_in_eager() -> None:
         assert loaded.close is not None
         loaded.close()
 
-    mux = Multiplexer(CPU)
+    # Two lanes (threads): eager calls run under each session's generator and the lock; a
+    # period under an arm that does not replay holds them throughout.
+    mux = Multiplexer(CPU, Capacity(lanes=2))
     sids = {}
+    models: dict[int, Any] = {}
     for seed in MOSHI_EVENTS:
 
         def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], Any]:
             loaded = source.open(seed, Arm.SRC, rng.eager)
+            models[seed] = loaded.model
             return _moshi_stepper(loaded.model), loaded.close
 
-        sids[mux.admit(opener, seed=seed, period_s=source.period_s)] = seed
+        sid = mux.admit(
+            opener,
+            seed=seed,
+            period_s=source.period_s,
+            eager_periods=lambda payload, seed=seed: not _arm_of(payload, models[seed]).replay,
+        )
+        sids[sid] = seed
+    mux.start()
     period = source.period_s
     for sid, seed in sids.items():
         for k, payload in enumerate(_moshi_payloads(seed)):
