@@ -402,7 +402,8 @@ def baseline(args: argparse.Namespace, load_key: str) -> dict[str, Any]:
                 break
             time.sleep(0.1)
         ready = len(list(folder.glob("ready.*")))
-        (folder / "go").write_text(str(time.time() + 0.5))
+        (folder / "go.tmp").write_text(str(time.time() + 0.5))
+        (folder / "go.tmp").rename(folder / "go")  # whole, never half written
         for p in procs:
             try:
                 p.wait(timeout=300)

@@ -117,7 +117,7 @@ T2W_CALLS: dict[int, list[Any]] = {
 }
 
 
-def _t2w_payloads(seed: int) -> list[tuple[Any, ...]]:
+def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
     g = torch.Generator().manual_seed(seed + 1000)
     out: list[tuple[Any, ...]] = []
     for item in T2W_CALLS[seed]:
@@ -128,7 +128,7 @@ def _t2w_payloads(seed: int) -> list[tuple[Any, ...]]:
         else:
             n = int(str(item).split(":")[-1])
             tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32)
-            out.append(("push", tokens, isinstance(item, str)))
+            out.append(("push", tokens.to(device), isinstance(item, str)))
     return out
 
 
@@ -139,41 +139,59 @@ def _speech_stepper(speech: Any) -> Callable[[tuple[Any, ...]], Any]:
         elif payload[0] == "reset":
             speech.reset()
         else:
-            return speech.push(payload[1], payload[2]).clone()
+            return speech.push(payload[1], payload[2]).cpu()
         return None
 
     return step
 
 
 def test_token2wav_sessions_equal_each_alone_in_eager() -> None:
-    source = family("synthetic").load_sessions(T2W_REQUEST, _quiet)
+    token2wav_sessions_equal_alone(T2W_REQUEST, lanes=1)
+
+
+def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
+    """Each session interleaved with the others (on ``lanes``) equals itself alone in eager."""
+    device = torch.device(request.device)
+    source = family("synthetic").load_sessions(request, _quiet)
     alone: dict[int, list[Any]] = {}
     for seed in T2W_CALLS:  # each session alone, eager, no warm-up: its stream from the start
         speech = source.speech(source.voice(seed), Arm.EAGER)
         step = _speech_stepper(speech.speech)
-        with SessionRng(CPU, seed).active():
-            alone[seed] = [step(p) for p in _t2w_payloads(seed)]
+        with SessionRng(device, seed).active():
+            alone[seed] = [step(p) for p in _t2w_payloads(seed, request.device)]
 
-    mux = Multiplexer(CPU)
+    mux = Multiplexer(device, Capacity(lanes=lanes))
     sids = {}
+    streams: dict[int, Any] = {}
     for seed in T2W_CALLS:
 
         def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], None]:
             speech, _ = source.open_speech(seed, Arm.SRC, rng.eager)
+            streams[seed] = speech.speech
             return _speech_stepper(speech.speech), None
 
-        sids[mux.admit(opener, seed=seed, period_s=source.period_s)] = seed
+        sid = mux.admit(
+            opener,
+            seed=seed,
+            period_s=source.period_s,
+            eager_periods=lambda payload, seed=seed: not streams[seed].arm.replay,
+        )
+        sids[sid] = seed
+    if lanes > 1:
+        mux.start()
     for sid, seed in sids.items():  # interleaved: the second session half a period behind
-        for k, payload in enumerate(_t2w_payloads(seed)):
+        for k, payload in enumerate(_t2w_payloads(seed, request.device)):
             mux.submit(sid, payload, due=k + 0.5 * sid)
     done = mux.drain()
-    assert [d.session for d in done[:4]] == [0, 1, 0, 1]
+    if lanes == 1:
+        assert [d.session for d in done[:4]] == [0, 1, 0, 1]
     for sid, seed in sids.items():
-        got = [d.result for d in done if d.session == sid]
+        got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
         assert len(got) == len(alone[seed])
         for k, (a, b) in enumerate(zip(alone[seed], got, strict=True)):
             assert (a is None) == (b is None), (seed, k)
             assert a is None or torch.equal(a, b), f"session {seed} call {k} differs"
+    mux.shutdown()
 
 
 # -- Moshi --------------------------------------------------------------------------------------
@@ -194,7 +212,7 @@ def _moshi_stepper(model: Any) -> Callable[[tuple[Any, np.ndarray]], Any]:
         elif isinstance(event, Arm):
             model.set_arm(event)
         out = model.step(mic)
-        pcm = out.audio[0].clone() if out.audio else None
+        pcm = out.audio[0].cpu() if out.audio else None
         return out.facts["tokens"], pcm
 
     return step
@@ -205,26 +223,32 @@ def _arm_of(payload: tuple[Any, np.ndarray], model: Any) -> Arm:
     return payload[0] if isinstance(payload[0], Arm) else model.arm
 
 
-def _moshi_payloads(seed: int) -> list[tuple[Any, np.ndarray]]:
-    frames = noise(MOSHI_FRAMES, seed=seed + 100)
+def _moshi_payloads(seed: int, frames_n: int = MOSHI_FRAMES) -> list[tuple[Any, np.ndarray]]:
+    frames = noise(frames_n, seed=seed + 100)
     events = MOSHI_EVENTS[seed]
     return [(events.get(i), f.reshape(-1).numpy()) for i, f in enumerate(frames)]
 
 
 def test_moshi_sessions_equal_each_alone_in_eager() -> None:
-    source = family("moshi").load_sessions(MOSHI_REQUEST, _quiet)
+    moshi_sessions_equal_alone(MOSHI_REQUEST, lanes=2, frames=MOSHI_FRAMES)
+
+
+def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -> None:
+    """Each session on ``lanes`` beside the others equals itself alone in eager."""
+    device = torch.device(request.device)
+    source = family("moshi").load_sessions(request, _quiet)
     alone: dict[int, list[Any]] = {}
     for seed in MOSHI_EVENTS:
-        with SessionRng(CPU, seed).active():
+        with SessionRng(device, seed).active():
             loaded = source.open(seed, Arm.EAGER)
             step = _moshi_stepper(loaded.model)
-            alone[seed] = [step(p) for p in _moshi_payloads(seed)]
+            alone[seed] = [step(p) for p in _moshi_payloads(seed, frames)]
         assert loaded.close is not None
         loaded.close()
 
     # Two lanes (threads): eager calls run under each session's generator and the lock; a
     # period under an arm that does not replay holds them throughout.
-    mux = Multiplexer(CPU, Capacity(lanes=2))
+    mux = Multiplexer(device, Capacity(lanes=lanes))
     sids = {}
     models: dict[int, Any] = {}
     for seed in MOSHI_EVENTS:
@@ -244,11 +268,11 @@ def test_moshi_sessions_equal_each_alone_in_eager() -> None:
     mux.start()
     period = source.period_s
     for sid, seed in sids.items():
-        for k, payload in enumerate(_moshi_payloads(seed)):
+        for k, payload in enumerate(_moshi_payloads(seed, frames)):
             mux.submit(sid, payload, due=period * (k + 0.5 * sid))
     done = mux.drain()
     for sid, seed in sids.items():
-        got = [d.result for d in done if d.session == sid]
+        got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
         for k, ((tok_a, pcm_a), (tok_b, pcm_b)) in enumerate(zip(alone[seed], got, strict=True)):
             assert tok_a == tok_b, f"session {seed} frame {k}: tokens differ"
             assert (pcm_a is None) == (pcm_b is None)
