@@ -5,7 +5,8 @@ gets its own voice (the request's recording, or a random voice seeded by the ses
 binding at that voice's prompt length, its own replay engine and streams (carry, conv region,
 vocoder tails), warmed up and sealed, and its own synthetic backbone. Nothing a session writes
 is shared: the flow's only mutable buffers are the stock cache envelope, which the state-rule
-arms never touch, so sessions on weights loaded without the envelope run S, SR or SRc.
+arms never touch: a session opened here runs S, SR or SRc (one loaded with the envelope may
+still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import EagerGuard, LoadedModel, ModelRequest
+from adapters.face import EagerGuard, FamilyError, LoadedModel, ModelRequest
 from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.prompt import VoicePrompt
 from adapters.token2wav.speech import SpeechStream
@@ -101,9 +102,13 @@ class Token2WavSessions:
     ) -> tuple[SpeechModel, dict[str, Any]]:
         """A session's decoder alone (its voice from ``seed``), warmed up and sealed; with
         what the warm-up did. Call it with the session's generator state installed."""
-        envelope = self.flow.decoder.att_cache_buffer.shape[0] > 0
-        request = replace(self.request, seed=seed, arm=arm, envelope=envelope)
-        self.face.check(request)  # a stock arm needs the envelope
+        if not arm.state_rule:
+            raise FamilyError(
+                f"arm {arm} runs the stock path, whose cache envelope is one per process: "
+                "a session among many runs S, SR or SRc",
+                "arm",
+            )
+        request = replace(self.request, seed=seed, arm=arm)
         speech = self.speech(self.voice(seed), arm, eager_guard)
         warmup = self.face.warm_up(speech, request, _quiet, None)
         return speech, warmup
