@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parent.parent)  # `moshi` is the package's name
 
 from adapters.face import ModelRequest
-from adapters.registry import family
+from adapters.moshi.family import MOSHI
+from adapters.token2wav.family import SYNTHETIC
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.multiplex import Capacity, Done, Multiplexer, SessionRng
@@ -99,9 +101,8 @@ class Token2WavLoad:
     key = "synthetic"
 
     def __init__(self, request: ModelRequest, turn: int) -> None:
-        self.source = family(self.key).load_sessions(request, _quiet)
+        self.source = SYNTHETIC.load_sessions(request, _quiet)
         self.period_s, self.turn, self.device = self.source.period_s, turn, request.device
-        self.vocab = self.source.declaration.values().get("vocab", 6561)
 
     def state_bytes(self, arm: Arm) -> int:
         return int(self.source.state_bytes(arm))
@@ -144,7 +145,7 @@ class MoshiLoad:
     key = "moshi"
 
     def __init__(self, request: ModelRequest, turn: int) -> None:
-        self.source = family(self.key).load_sessions(request, _quiet)
+        self.source = MOSHI.load_sessions(request, _quiet)
         self.period_s = self.source.period_s
         self.spf = round(self.period_s * self.source.input_rate)
 
@@ -220,7 +221,14 @@ def _stats(done: list[Done], period_s: float) -> dict[str, Any]:
     }
 
 
-def multiplexed(args: argparse.Namespace, load: Any, device: torch.device) -> dict[str, Any]:
+Save = Callable[[dict[str, Any]], None]
+
+
+def multiplexed(
+    args: argparse.Namespace, load: Any, device: torch.device, save: Save
+) -> dict[str, Any]:
+    """The level sweep; ``save`` gets the result so far after every level (a run cut short by
+    its time limit still leaves its numbers)."""
     arm = Arm.parse(args.arm)
     # Measuring capacity: admission by utilization off (the count is what this finds).
     mux = Multiplexer(device, Capacity(lanes=args.lanes, utilization=float("inf")))
@@ -233,8 +241,10 @@ def multiplexed(args: argparse.Namespace, load: Any, device: torch.device) -> di
         mux.start()
     t_start = time.perf_counter()
     for level in args.levels:
-        if time.perf_counter() - t_start > args.budget_s:
-            levels.append({"sessions": level, "skipped": "over --budget-s"})
+        opening = np.mean([a["open_s"] for a in admissions]) if admissions else 0.0
+        needed = opening * (level - len(sessions)) + (args.periods + 1) * period
+        if time.perf_counter() - t_start + needed > args.budget_s:
+            levels.append({"sessions": level, "skipped": f"would end past --budget-s {needed:.0f}"})
             break
         while len(sessions) < level:
             seed = 1000 + len(sessions)
@@ -280,21 +290,34 @@ def multiplexed(args: argparse.Namespace, load: Any, device: torch.device) -> di
         last = {
             sid: (work[sid], [d.result for d in ordered if d.session == sid]) for sid in sessions
         }
+        save(_summary(arm, mux.lanes, period, load, admissions, levels, None))
         if not stats["held"] and not args.keep_going:
             break
     exact = check_exact(args, load, mux, sessions, last, device, arm)
     mux.shutdown()
+    return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
+
+
+def _summary(
+    arm: Arm,
+    lanes: int,
+    period: float,
+    load: Any,
+    admissions: list[dict[str, Any]],
+    levels: list[dict[str, Any]],
+    exact: dict[str, Any] | None,
+) -> dict[str, Any]:
     per = [a["device_mib"] for a in admissions[1:]] or [a["device_mib"] for a in admissions]
     return {
         "arm": str(arm),
-        "lanes": mux.lanes,
+        "lanes": lanes,
         "period_ms": round(period * 1e3, 2),
         "declared_state_mib": round(load.state_bytes(arm) / MIB, 1),
         "per_session_device_mib": {"mean": round(float(np.mean(per)), 1), "max": max(per)},
         "admissions": admissions,
         "levels": levels,
         "max_held": max((lv["sessions"] for lv in levels if lv.get("held")), default=0),
-        "exact": exact,
+        "exact": exact if exact is not None else "not checked yet (run cut short)",
     }
 
 
@@ -431,6 +454,11 @@ def baseline(args: argparse.Namespace, load_key: str) -> dict[str, Any]:
 # -- main --------------------------------------------------------------------------------------
 
 
+def _write(out: Path, name: str, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(result, indent=2) + "\n")
+
+
 def merge(out: Path) -> None:
     parts = {}
     for f in sorted(out.glob("capacity_*.json")):
@@ -484,17 +512,16 @@ def main() -> None:
         if args.child is not None:
             child(args, load, device)
             return
-        load_s = time.perf_counter() - t0
-        result = {
+        name = f"capacity_{args.family}.json"
+        head = {
             "environment": environment(" ".join(sys.argv)),
             "family": args.family,
-            "load_s": round(load_s, 2),
+            "load_s": round(time.perf_counter() - t0, 2),
             "weights_device_mib": round(_memory(device)[1] / MIB),
-            **multiplexed(args, load, device),
         }
-        name = f"capacity_{args.family}.json"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / name).write_text(json.dumps(result, indent=2) + "\n")
+        partial = lambda r: _write(args.out, name, head | r)  # noqa: E731
+        result = {**head, **multiplexed(args, load, device, partial)}
+    _write(args.out, name, result)
     print(f"wrote {args.out / name}")
     gc.collect()
 
