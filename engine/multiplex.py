@@ -93,7 +93,7 @@ class SessionRng:
         self.cuda = device.type == "cuda"
         self._state: Any  # a graph-safe generator state (CUDA) or the host state's bytes
         if self.cuda:
-            torch.cuda.init()  # the default generators exist once CUDA is initialized
+            torch.cuda.init()  # type: ignore[no-untyped-call]  # makes the default generators
             index = device.index if device.index is not None else torch.cuda.current_device()
             self._generator = torch.cuda.default_generators[index]
             self._state = self._generator.clone_state()

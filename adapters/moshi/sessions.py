@@ -18,6 +18,7 @@ import torch
 from adapters.face import EagerGuard, LoadedModel, Progress
 from adapters.moshi.checkpoint import MoshiModels
 from adapters.moshi.config import MoshiSize
+from adapters.moshi.periods import MoshiPeriods, check_rings, warm_up
 from engine.arms import Arm
 from engine.contract import Declaration
 
@@ -74,7 +75,6 @@ class MoshiSessions:
         with ``seed``."""
         from moshi.models.lm import LMGen
 
-        from adapters.moshi.family import MoshiPeriods, _check_rings, warm_up
         from adapters.moshi.stream import MoshiStream
         from engine.replay import ReplayEngine
 
@@ -91,7 +91,7 @@ class MoshiSessions:
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
         )
-        _check_rings(stream, values)
+        check_rings(stream, values)
         report("loading", 1.0)
         warmup = warm_up(stream, replay, seed=seed, report=report, only_own_arm=only_own_arm)
         warmup["build_s"] = round(self.build_s, 3)

@@ -22,58 +22,22 @@ Threads: the engine thread (it owns every CUDA call). Torch is imported inside `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.token2wav.config import CheckpointError, check_folder
+from adapters.token2wav.speech_model import SpeechModel
 from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
-    from adapters.token2wav.binding import FlowBinding
     from adapters.token2wav.presets import ModelPreset
-    from adapters.token2wav.prompt import VoicePrompt
     from adapters.token2wav.sessions import Token2WavSessions
-    from adapters.token2wav.speech import SpeechStream
-    from engine.contract import Declaration
-    from engine.replay import ReplayEngine
-    from engine.windows import TokenWindower
 
 __all__ = ["LYCHEEFD", "SYNTHETIC", "SpeechModel", "Token2WavFamily"]
 
 _VOICE_FILES = ("speech_tokenizer_v2_25hz.onnx", "campplus.onnx")
-
-
-@dataclass
-class SpeechModel:
-    """The Token2Wav decoder alone, loaded for a request: what ``synth`` streams tokens through."""
-
-    speech: SpeechStream  # tokens -> PCM under the arm
-    windower: TokenWindower  # the declaration's call pattern
-    replay: ReplayEngine
-    voice: VoicePrompt
-    declaration: Declaration
-    binding: FlowBinding  # what the declaration and its plan fix at this voice's prompt length
-    size: ModelPreset
-
-    @property
-    def values(self) -> Mapping[str, int]:
-        """The operating point at this voice's prompt length (and the solver steps)."""
-        return self.binding.values
-
-    @property
-    def output_rate(self) -> int:
-        return self.binding.sample_rate
-
-    @property
-    def n_steps(self) -> int:
-        return self.binding.n_steps
-
-    @property
-    def vocab(self) -> int:
-        return self.binding.vocab
 
 
 @dataclass(frozen=True)
@@ -202,8 +166,10 @@ class Token2WavFamily:
 
         The voice loads first, so a bad prompt fails in a second, not after the flow.
         """
+        from adapters.token2wav.sessions import voice_for
+
         self._seeded(request)
-        voice = _voice(request, self.declaration)
+        voice = voice_for(request, self.declaration)
         return self.load_sessions(request, progress).speech(voice, request.arm)
 
     def load_sessions(self, request: ModelRequest, progress: Progress) -> Token2WavSessions:
@@ -305,33 +271,6 @@ def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -
     hift = build_hift(seed, size.hift)
     progress("loading", 0.7)
     return flow.to(device), hift.to(device)
-
-
-def _check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
-    """The weights' vocabulary and sample rate are the declaration's: a checkpoint for another
-    tokenizer or rate would otherwise run and speak garbage."""
-    vocab, rate = flow.input_embedding.num_embeddings, hift.config.sampling_rate
-    if (vocab, rate) != (binding.vocab, binding.sample_rate):
-        raise FamilyError(
-            f"the checkpoint's flow has {vocab} speech tokens at {rate} Hz, but the {declaration} "
-            f"declaration states {binding.vocab} at {binding.sample_rate} Hz: choose the "
-            "checkpoint folder that belongs to this model family",
-            "checkpoint",
-        )
-
-
-def _voice(request: ModelRequest, declaration: str) -> VoicePrompt:
-    """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
-    random voice of ``voice_frames`` prompt frames."""
-    from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
-
-    if request.voice is None:
-        return random_voice(request.voice_frames, request.seed, request.device, declaration)
-    assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
-    try:
-        return voice_from_wav(request.voice, request.checkpoint, request.device, declaration)
-    except PromptError as error:
-        raise FamilyError(str(error), "voice") from None
 
 
 SYNTHETIC = Token2WavFamily(

@@ -12,12 +12,13 @@ still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from adapters.face import EagerGuard, FamilyError, LoadedModel, ModelRequest
-from adapters.token2wav.binding import bind_flow
+from adapters.face import EagerGuard, FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.token2wav.binding import FlowBinding, bind_flow
 from adapters.token2wav.prompt import VoicePrompt
 from adapters.token2wav.speech import SpeechStream
+from adapters.token2wav.speech_model import SpeechModel
 from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
 from engine.contract import Declaration
@@ -25,10 +26,27 @@ from engine.replay import ReplayEngine
 from engine.windows import TokenWindower
 
 if TYPE_CHECKING:
-    from adapters.token2wav.family import SpeechModel, Token2WavFamily
     from adapters.token2wav.presets import ModelPreset
 
-__all__ = ["Token2WavSessions"]
+__all__ = ["Face", "Token2WavSessions", "check_agrees", "voice_for"]
+
+
+class Face(Protocol):
+    """What a session needs of the Token2Wav face (``adapters.token2wav.family``)."""
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def declaration(self) -> str: ...
+
+    def warm_up(
+        self, speech: SpeechModel, request: ModelRequest, progress: Progress, audit: Any
+    ) -> dict[str, Any]: ...
+
+    def loaded(
+        self, speech: SpeechModel, request: ModelRequest, warmup: dict[str, Any], audit: Any
+    ) -> LoadedModel: ...
 
 
 def _quiet(stage: str, fraction: float) -> None:
@@ -40,7 +58,7 @@ class Token2WavSessions:
 
     def __init__(
         self,
-        face: Token2WavFamily,
+        face: Face,
         request: ModelRequest,
         flow: Any,
         hift: Any,
@@ -71,11 +89,9 @@ class Token2WavSessions:
         self, voice: VoicePrompt, arm: Arm, eager_guard: EagerGuard | None = None
     ) -> SpeechModel:
         """The decoder's streams for ``voice`` under ``arm``: binding, engine, catalog."""
-        from adapters.token2wav.family import SpeechModel, _check_agrees
-
         request = self.request
         binding = bind_flow(self.declaration, voice.frames, request.n_steps or self.size.n_steps)
-        _check_agrees(self.flow, self.hift, binding, self.face.declaration)
+        check_agrees(self.flow, self.hift, binding, self.face.declaration)
         replay = ReplayEngine(request.device, eager_guard=eager_guard)
         flow_stream = FlowStream(
             self.flow, voice.tokens, voice.mel, voice.spk,
@@ -93,9 +109,7 @@ class Token2WavSessions:
 
     def voice(self, seed: int) -> VoicePrompt:
         """A session's voice: the request's recording, else a random voice seeded by ``seed``."""
-        from adapters.token2wav.family import _voice
-
-        return _voice(replace(self.request, seed=seed), self.face.declaration)
+        return voice_for(replace(self.request, seed=seed), self.face.declaration)
 
     def open_speech(
         self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None
@@ -117,3 +131,30 @@ class Token2WavSessions:
         """A session: its decoder (:meth:`open_speech`) under the synthetic backbone."""
         speech, warmup = self.open_speech(seed, arm, eager_guard)
         return self.face.loaded(speech, replace(self.request, seed=seed, arm=arm), warmup, None)
+
+
+def check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
+    """The weights' vocabulary and sample rate are the declaration's: a checkpoint for another
+    tokenizer or rate would otherwise run and speak garbage."""
+    vocab, rate = flow.input_embedding.num_embeddings, hift.config.sampling_rate
+    if (vocab, rate) != (binding.vocab, binding.sample_rate):
+        raise FamilyError(
+            f"the checkpoint's flow has {vocab} speech tokens at {rate} Hz, but the {declaration} "
+            f"declaration states {binding.vocab} at {binding.sample_rate} Hz: choose the "
+            "checkpoint folder that belongs to this model family",
+            "checkpoint",
+        )
+
+
+def voice_for(request: ModelRequest, declaration: str) -> VoicePrompt:
+    """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
+    random voice of ``voice_frames`` prompt frames."""
+    from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
+
+    if request.voice is None:
+        return random_voice(request.voice_frames, request.seed, request.device, declaration)
+    assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
+    try:
+        return voice_from_wav(request.voice, request.checkpoint, request.device, declaration)
+    except PromptError as error:
+        raise FamilyError(str(error), "voice") from None
