@@ -36,7 +36,11 @@ generator, so they run while the session's state is installed, under one process
 On the CPU the state is the host generator's, installed around the whole period.
 
 **Scheduling.** Due periods run earliest deadline first (deadline = due + the session's period),
-a session's periods in order and never two at once. ``lanes`` workers (CUDA streams) run periods
+a session's periods in order and never two at once. A session keeps one lane (the one with the
+fewest sessions when it is admitted), so its tensors live on one CUDA stream: the caching
+allocator hands a freed block out again only on its own stream, after the work that freed it, so
+sessions on different streams never reuse memory another's queued kernels still read; each lane
+runs its sessions' due periods earliest deadline first. ``lanes`` workers (CUDA streams) run periods
 concurrently (threads on the CPU too, where they prove the scheduling). Admission control
 refuses a session (one line, :class:`AdmissionRefused`) when the measured capacity would be
 exceeded: the count measured for this family and arm on this device (``Capacity.sessions``),
@@ -190,6 +194,7 @@ class _Session:
     state_bytes: int
     close: Callable[[], None] | None
     eager_periods: Callable[[Any], bool]  # this period (its input) reads the generator eagerly
+    lane: int  # the lane (CUDA stream) its periods run on, for its whole life
     pending: deque[tuple[int, float, Any]] = field(default_factory=deque)
     busy: bool = False
     periods: int = 0
@@ -214,7 +219,10 @@ class Multiplexer:
         self.rng_lock = threading.RLock()
         self._sessions: dict[int, _Session] = {}
         self._ids = itertools.count()
-        self._heap: list[tuple[float, int, int]] = []  # (deadline, order, sid)
+        # Due periods per lane, (deadline, order, sid): a session keeps its lane, so every
+        # tensor it allocates and frees is on one stream (the caching allocator reuses a freed
+        # block on its stream only, ordered after the work that freed it).
+        self._heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(self.lanes)]
         self._order = itertools.count()
         self._cv = threading.Condition()
         self._done: list[Done] = []
@@ -255,7 +263,13 @@ class Multiplexer:
         with self._exclusive(), rng.active():
             step, close = opener(rng)
         sid = next(self._ids)
-        self._sessions[sid] = _Session(sid, step, rng, period_s, state_bytes, close, eager_periods)
+        load = [0] * self.lanes
+        for other in self._sessions.values():
+            load[other.lane] += 1
+        lane = load.index(min(load))  # the lane with the fewest sessions
+        self._sessions[sid] = _Session(
+            sid, step, rng, period_s, state_bytes, close, eager_periods, lane
+        )
         return sid
 
     def close(self, sid: int) -> None:
@@ -264,8 +278,9 @@ class Multiplexer:
             while self._sessions[sid].busy:
                 self._cv.wait()
             session = self._sessions.pop(sid)
-            self._heap = [item for item in self._heap if item[2] != sid]
-            heapq.heapify(self._heap)
+            heap = self._heaps[session.lane]
+            heap[:] = [item for item in heap if item[2] != sid]
+            heapq.heapify(heap)
         if session.close is not None:
             session.close()
         del session
@@ -297,14 +312,15 @@ class Multiplexer:
         if not self._workers:
             while True:
                 with self._cv:
-                    if not self._heap:
+                    due = [(h[0], lane) for lane, h in enumerate(self._heaps) if h]
+                    if not due:
                         break
-                    session = self._pop()
+                    session = self._pop(min(due)[1])
                 self._run(session)
         else:
             end = None if timeout is None else time.perf_counter() + timeout
             with self._cv:
-                while self._heap or self._running:
+                while any(self._heaps) or self._running:
                     left = None if end is None else end - time.perf_counter()
                     if left is not None and left <= 0:
                         break
@@ -398,10 +414,11 @@ class Multiplexer:
 
     def _push(self, session: _Session) -> None:
         _, due, _ = session.pending[0]
-        heapq.heappush(self._heap, (due + session.period_s, next(self._order), session.sid))
+        item = (due + session.period_s, next(self._order), session.sid)
+        heapq.heappush(self._heaps[session.lane], item)
 
-    def _pop(self) -> _Session:
-        _, _, sid = heapq.heappop(self._heap)
+    def _pop(self, lane: int) -> _Session:
+        _, _, sid = heapq.heappop(self._heaps[lane])
         session = self._sessions[sid]
         session.busy = True
         return session
@@ -451,20 +468,21 @@ class Multiplexer:
 
     def _lane(self, lane: int) -> None:
         if not self.cuda:
-            self._serve()
+            self._serve(lane)
             return
         torch.cuda.set_device(self.device)
         with torch.cuda.stream(torch.cuda.Stream(device=self.device)):  # type: ignore[no-untyped-call]
-            self._serve()
+            self._serve(lane)
 
-    def _serve(self) -> None:
+    def _serve(self, lane: int) -> None:
+        heap = self._heaps[lane]
         while True:
             with self._cv:
-                while not self._stop and (not self._heap or self._running < 0):
+                while not self._stop and (not heap or self._running < 0):
                     self._cv.wait()
-                if self._stop and not self._heap:
+                if self._stop and not heap:
                     return
-                session = self._pop()
+                session = self._pop(lane)
                 self._running += 1
             try:
                 self._run(session)
