@@ -58,14 +58,14 @@ fi
 if [[ "$what" == capacity ]]; then
     # Each part under its own limit, so a slow one never eats the next; results are written
     # after every level. Sessions: Token2Wav 16/32/48 on 8 lanes, Moshi 4..12 on 4 lanes.
-    timeout 270 python3 bench/capacity.py "$out" --family synthetic --levels 16 32 48 \
-        --lanes 8 --periods 8 --budget-s 215 2>&1 | tee "$out/capacity_synthetic.log" | grep -v '^rejection'
+    timeout 255 python3 bench/capacity.py "$out" --family synthetic --levels 16 32 48 \
+        --lanes 8 --periods 8 --budget-s 200 2>&1 | tee "$out/capacity_synthetic.log" | grep -v '^rejection'
     ((PIPESTATUS[0] == 0)) || status=1
     timeout 110 python3 bench/capacity.py "$out" --family moshi --levels 4 6 8 10 12 \
         --lanes 4 --periods 60 --budget-s 60 2>&1 | tee "$out/capacity_moshi.log" | grep -v '^rejection'
     ((PIPESTATUS[0] == 0)) || status=1
     python3 bench/capacity.py "$out" --merge
-    DUPLEXCADENCE_MULTIPLEX_FRAMES=30 timeout 130 python3 -m pytest -m gpu -p no:cacheprovider -q \
+    DUPLEXCADENCE_MULTIPLEX_FRAMES=30 timeout 150 python3 -m pytest -m gpu -p no:cacheprovider -q \
         tests/gpu/test_multiplex_gpu.py --junitxml="$out/multiplex_gpu_tests.xml" 2>&1 \
         | grep -v '^rejection' | tee "$out/multiplex_gpu_tests.log" | tail -15
     ((PIPESTATUS[0] == 0)) || status=1
