@@ -102,6 +102,7 @@ def converse_sessions(req: ConverseRequest) -> dict[str, Any]:
                 opener,
                 seed=sub.settings.seed,
                 period_s=source.period_s,
+                state_bytes=source.state_bytes(sub.settings.arm),
                 eager_periods=_arm_is_eager(opened),
             )
             sessions[sid] = (sub, opened[0])
