@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.arms import Arm
 
 if TYPE_CHECKING:  # torch-free at run time: the settings dialog lists and checks families
+    from contextlib import AbstractContextManager
+
     from engine.duplex import PeriodModel
     from engine.metrics import Metrics
     from engine.replay import ReplayEngine
 
 __all__ = [
+    "EagerGuard",
     "Family",
     "FamilyAudit",
     "FamilyError",
@@ -37,7 +40,9 @@ __all__ = [
     "LoadedModel",
     "ModelRequest",
     "Progress",
+    "SessionSource",
     "gib",
+    "session_source",
 ]
 
 Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
@@ -152,3 +157,43 @@ class Family(Protocol):
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         """Load, warm up and seal; reports ``("loading", 0..1)`` then ``("capture", 0..1)``."""
         ...
+
+
+EagerGuard = Callable[[], "AbstractContextManager[None]"]  # a session's eager calls run under it
+
+
+class SessionSource(Protocol):
+    """A family's weights loaded once, opening many sessions on them (``engine.multiplex``).
+
+    Each session :meth:`open` hands back has its own state (carry, rings, regions: sized by the
+    declaration), its own voice and backbone (from its ``seed``), its own arm and its own replay
+    engine whose eager calls run under ``eager_guard`` (the session's generator state); only
+    the weights are shared. Call ``open`` with the session's generator state installed.
+    """
+
+    title: str
+    period_s: float  # the native period every session keeps
+    input_rate: int
+    output_rate: int
+
+    def state_bytes(self, arm: Arm) -> int:
+        """One session's state under ``arm``, as the declaration prices it."""
+        ...
+
+    def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None) -> LoadedModel:
+        """A new session, warmed up and sealed."""
+        ...
+
+
+def session_source(face: Family, request: ModelRequest, progress: Progress) -> SessionSource:
+    """``face``'s weights for ``request``, ready to open sessions; a :class:`FamilyError` when
+    the family does not multiplex."""
+    load = getattr(face, "load_sessions", None)
+    if load is None:
+        raise FamilyError(
+            f"family {face.key} runs one session per process: for --sessions choose "
+            "synthetic, lycheefd or moshi",
+            "family",
+        )
+    source: SessionSource = load(request, progress)
+    return source

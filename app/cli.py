@@ -261,6 +261,10 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--verbose", action="store_true", help="log replay decisions on stderr")
+    parser.add_argument(
+        "--sessions", type=int, default=1, metavar="N",
+        help="N conversations on one set of weights; file names with {i} name each session's",
+    )  # fmt: skip
     parser.set_defaults(run=_run_converse)
 
 
@@ -270,9 +274,11 @@ def _run_converse(args: argparse.Namespace) -> int:
             "converse runs without a window: pass --headless (the window is `duplexcadence gui`)"
         )
     from app.converse import converse, request_from_args
+    from app.sessions import converse_sessions
 
     try:
-        summary = converse(request_from_args(args))
+        request = request_from_args(args)
+        summary = (converse_sessions if request.sessions > 1 else converse)(request)
     except (ValueError, OSError, RuntimeError) as error:
         return _converse_failed("converse", error)
     print(json.dumps(summary))

@@ -92,6 +92,7 @@ class ConverseRequest:
     progress: bool = True
     verbose: bool = False  # replay captures/rejections logged on stderr too
     force: bool = False  # replace existing outputs (when the run does not fail)
+    sessions: int = 1  # > 1: app.sessions runs them, in one process on one set of weights
 
     @property
     def jsonl(self) -> Path | None:
@@ -100,6 +101,8 @@ class ConverseRequest:
 
 def check_request(req: ConverseRequest) -> None:
     """Fail before loading anything, with the fix in the message."""
+    if req.sessions < 1:
+        raise ConverseError(f"--sessions {req.sessions}: run at least one conversation")
     if req.input is None and not req.use_devices:
         raise ConverseError("give --input FILE.wav, or --input-device NAME for a microphone")
     if req.input is not None and not req.input.is_file():
@@ -485,4 +488,5 @@ def request_from_args(args: argparse.Namespace) -> ConverseRequest:
         progress=not args.quiet,
         verbose=args.verbose,
         force=args.force,
+        sessions=args.sessions,
     )

@@ -35,7 +35,7 @@ from engine.duplex import DuplexLoop, PeriodOutcome
 from engine.metrics import Metrics
 from engine.trace import TraceWriter, check_trace_path, session_metadata
 
-__all__ = ["Progress", "Session", "build_session", "replace_settings"]
+__all__ = ["Progress", "Session", "build_session", "replace_settings", "session_over"]
 
 Progress = Callable[[str, float], None]
 
@@ -154,6 +154,13 @@ def build_session(
         loaded = face.load(request, report)
     except FamilyError as error:
         raise SettingsError(str(error)) from None
+    return session_over(loaded, settings, request, trace)
+
+
+def session_over(
+    loaded: LoadedModel, settings: Settings, request: ModelRequest, trace: Path | None
+) -> Session:
+    """The session around a loaded model: cadence metrics, its trace, audit mode's counts."""
     metrics = Metrics(loaded.model.period_s, device=request.device, arm=str(settings.arm))
     if loaded.audit is not None:
         loaded.audit.attach(metrics)

@@ -12,6 +12,8 @@
 #                               on GPU 1 (its seeds on GPUs 1 and 2 where there are three), each
 #                               loading its own 17 GB; in turn on one GPU. Needs .vendor/minicpmo45
 #                               (bench/kit.sh)
+#   DUPLEXCADENCE_BENCH=capacity  bench/capacity.py for Token2Wav and Moshi, then the
+#                               multiplexer's gpu tests (at most 9 minutes: each part is timed out)
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for the benchmark (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
@@ -86,5 +88,20 @@ if [[ "$what" == minicpmo45 ]]; then
     grep -v '^capture' "$out/minicpmo45.log" | tail -40
     tail -n 15 "$out"/gpu_tests*.log
     python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
+fi
+if [[ "$what" == capacity ]]; then
+    # Each part under its own limit, so a slow one never eats the next; results are written
+    # after every level. Sessions: Token2Wav 16/32/48 on 8 lanes, Moshi 4..12 on 4 lanes.
+    timeout 255 python3 bench/capacity.py "$out" --family synthetic --levels 16 32 48 \
+        --lanes 8 --periods 8 --budget-s 200 2>&1 | tee "$out/capacity_synthetic.log" | grep -v '^rejection'
+    ((PIPESTATUS[0] == 0)) || status=1
+    timeout 110 python3 bench/capacity.py "$out" --family moshi --levels 4 6 8 10 12 \
+        --lanes 4 --periods 60 --budget-s 60 2>&1 | tee "$out/capacity_moshi.log" | grep -v '^rejection'
+    ((PIPESTATUS[0] == 0)) || status=1
+    python3 bench/capacity.py "$out" --merge
+    DUPLEXCADENCE_MULTIPLEX_FRAMES=30 timeout 150 python3 -m pytest -m gpu -p no:cacheprovider -q \
+        tests/gpu/test_multiplex_gpu.py --junitxml="$out/multiplex_gpu_tests.xml" 2>&1 \
+        | grep -v '^rejection' | tee "$out/multiplex_gpu_tests.log" | tail -15
+    ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"

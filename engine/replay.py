@@ -52,6 +52,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -137,6 +138,9 @@ class ReplayEngine:
             can never pass as a replayed one.
         max_recaptures: drifts a class may survive before it is rejected (``unstable_address``).
         max_events: events kept until :meth:`drain_events` (oldest dropped first).
+        eager_guard: what every call that reads the default generator outside a replay (an
+            eager call, a warm-up, a capture) runs under; a multiplexed session's generator
+            state and lock (``engine.multiplex.SessionRng.eager``). None: nothing.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class ReplayEngine:
         poison: bool = False,
         max_recaptures: int = 3,
         max_events: int = 10_000,
+        eager_guard: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         if warmup_calls < 1:
             raise ValueError(
@@ -164,6 +169,7 @@ class ReplayEngine:
         self.enabled = enabled and not killed
         self.warmup_calls, self.strict, self.poison = warmup_calls, strict, poison
         self.max_recaptures = max_recaptures
+        self._guard = eager_guard or nullcontext
         self._ops: dict[str, ReplayOp] = {}
         self._classes: dict[tuple[str, Signature], SignatureClass] = {}
         self._events: deque[ReplayEvent] = deque(maxlen=max_events)
@@ -302,7 +308,8 @@ class ReplayEngine:
     def _eager(self, op: ReplayOp, reason: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         op.counters.miss(reason)
         op.last_decision = f"eager:{reason}"
-        return op.fn(*args, **kw)
+        with self._guard():
+            return op.fn(*args, **kw)
 
     def _sealed_miss(
         self, op: ReplayOp, sig: Signature, args: tuple[Any, ...], kw: dict[str, Any]
@@ -319,6 +326,12 @@ class ReplayEngine:
 
     def _warm(self, op: ReplayOp, cls: SignatureClass, args: tuple[Any, ...], kw: Any) -> Any:
         """One eager warm-up call on the capture stream; the class's first one is the probe."""
+        with self._guard():
+            return self._warm_guarded(op, cls, args, kw)
+
+    def _warm_guarded(
+        self, op: ReplayOp, cls: SignatureClass, args: tuple[Any, ...], kw: Any
+    ) -> Any:
         if cls.probed:
             out = self._on_side_stream(op.fn, args, kw)
         else:
@@ -362,9 +375,10 @@ class ReplayEngine:
         try:
             binding = Binding.stage(args, kw, leaves, cls.aliased, op.regions())
             if self._stream is not None:
-                capture_bytes = capture_graph(
-                    binding, op.fn, self.device, self._stream, self._pool()
-                )
+                with self._guard():
+                    capture_bytes = capture_graph(
+                        binding, op.fn, self.device, self._stream, self._pool()
+                    )
         except Exception as exc:
             return self._fallback(op, cls, exc, args, kw)
         if self.poison and binding.graph is not None:

@@ -27,25 +27,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
+from adapters.moshi.periods import AUDIBLE_PEAK, VOICE_RMS, MoshiPeriods, warm_up
 
 if TYPE_CHECKING:
-    import numpy as np
+    from adapters.moshi.sessions import MoshiSessions
 
-    from adapters.moshi.checkpoint import Vocabulary
-    from adapters.moshi.stream import MoshiStream
-    from engine.arms import Arm
-    from engine.duplex import PeriodStep, SpanFactory
-    from engine.replay import ReplayEngine
-
-__all__ = ["MOSHI", "MoshiFamily", "MoshiPeriods"]
-
-AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
-VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
-SAMPLING_KEYS = ("temp", "temp_text", "top_k", "top_k_text", "use_sampling")
+__all__ = ["AUDIBLE_PEAK", "MOSHI", "VOICE_RMS", "MoshiFamily", "MoshiPeriods", "warm_up"]
 
 
 @dataclass(frozen=True)
@@ -101,14 +92,18 @@ class MoshiFamily:
         return Footprint((files.folder,), needs, ("moshi",))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
+        return self.load_sessions(request, progress).open(
+            request.seed, request.arm, None, report=progress
+        )
+
+    def load_sessions(self, request: ModelRequest, progress: Progress) -> MoshiSessions:
+        """The weights alone, for one session or many (``adapters.face.SessionSource``)."""
         import torch
-        from moshi.models.lm import LMGen
 
         from adapters.moshi.checkpoint import build_models
         from adapters.moshi.config import size_for
-        from adapters.moshi.stream import MoshiStream
+        from adapters.moshi.sessions import MoshiSessions
         from engine.declaration_io import load_declaration
-        from engine.replay import ReplayEngine
 
         self.check(request)
         device = torch.device(request.device)
@@ -125,172 +120,16 @@ class MoshiFamily:
         except CheckpointError as error:
             setting = "device" if " memory in " in str(error) else "checkpoint"
             raise FamilyError(str(error), setting) from None
-        build_s = time.perf_counter() - t0
         progress("loading", 0.9)
-        sampling = {k: v for k, v in models.sampling.items() if k in SAMPLING_KEYS}
-        lm_gen = LMGen(models.lm, **sampling)
-        replay = ReplayEngine(device)
-        values = size.point
-        sdpa = declaration.operators["lm_step"].kernels.get("sdpa", "default")
-        stream = MoshiStream(
-            models.mimi,
-            lm_gen,
-            replay=replay,
-            arm=request.arm,
-            samples_per_frame=values["samples_per_frame"],
-            sdpa=sdpa if device.type == "cuda" else "default",
-        )
-        _check_rings(stream, values)
-        progress("loading", 1.0)
-        warmup = warm_up(stream, replay, seed=request.seed, report=progress)
-        warmup["build_s"] = round(build_s, 3)
-        torch.manual_seed(request.seed)  # the conversation's draws do not depend on the warm-up
-        rate = declaration.clock_rate("sample", values)
-        model = MoshiPeriods(
-            stream,
-            models.vocab,
-            period_s=values["samples_per_frame"] / rate,
-            rate=round(rate),
-        )
         weights = "checkpoint" if files is not None else "seeded random weights"
-        return LoadedModel(
-            model=model,
-            replay=replay,
+        return MoshiSessions(
+            models,
+            declaration,
+            size,
+            device,
             title=f"Moshi ({size.name}, {weights})",
-            declaration=declaration.name,
-            weights_synthetic=files is None,
-            stages=("encode", "lm", "decode", "frame"),
-            warmup=warmup,
-            facts={
-                "model_size": size.name,
-                "temporal_sdpa": stream.ops.sdpa,
-                "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
-                "clock_followers": stream.clock_followers,
-                "sampling": {
-                    "temp": lm_gen.temp,
-                    "temp_text": lm_gen.temp_text,
-                    "top_k": lm_gen.top_k,
-                    "top_k_text": lm_gen.top_k_text,
-                },
-            },
-            has_text=True,
+            build_s=time.perf_counter() - t0,
         )
-
-
-def _check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
-    """The state rule: every ring holds exactly what the declaration bounds."""
-    declared = {
-        "lm_kv": values["main_capacity"],
-        "depformer_kv": values["depformer_capacity"],
-        "mimi_kv": values["mimi_capacity"],
-    }
-    for region, capacities in stream.ring_capacities().items():
-        if capacities != {declared[region]}:
-            raise FamilyError(
-                f"the model's {region} rings hold {sorted(capacities)} entries, but moshi.yaml "
-                f"bounds them at {declared[region]}: declare the checkpoint's value",
-                "checkpoint",
-            )
-
-
-def warm_up(
-    stream: MoshiStream, replay: ReplayEngine, *, seed: int, report: Progress
-) -> dict[str, Any]:
-    """Capture every replay arm's catalog (an opening and a steady frame, each seen twice: the
-    first warms, the second captures), then reset the stream, restore its arm and seal.
-
-    The microphone frames are seeded noise (never zeros: a silent warm-up would warm nothing a
-    conversation does not also reach, but proves less). Every arm is warmed, so a live switch
-    replays from its first frame.
-    """
-    import torch
-
-    from engine.arms import Arm
-
-    arm = stream.arm
-    g = torch.Generator().manual_seed(seed)
-    frames = [0.1 * torch.randn((1, 1, stream.spf), generator=g) for _ in range(2)]
-    replay_arms = [a for a in Arm if a.replay]
-    report("capture", 0.0)
-    t0 = time.perf_counter()
-    for i, a in enumerate(replay_arms):
-        stream.set_arm(a)
-        for _ in range(2):
-            stream.reset()
-            for frame in frames:
-                stream.step(frame.to(stream.device))
-        report("capture", (i + 1) / len(replay_arms))
-    stream.reset()
-    stream.set_arm(arm)
-    if stream.device.type == "cuda":
-        torch.cuda.synchronize(stream.device)
-    replay.seal()
-    totals = replay.snapshot()["total"]
-    events = replay.drain_events()
-    replay.reset_counters()
-    return {
-        "arm": str(arm),
-        "arms": [str(a) for a in replay_arms],
-        "frames": 4 * len(replay_arms),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "captures": totals.get("captures", 0),
-        "capture_s": round(float(totals.get("capture_s", 0.0)), 3),
-        "capture_bytes": totals.get("capture_bytes", 0),
-        "events": len(events),
-    }
-
-
-class MoshiPeriods:
-    """The period model: one frame per period; see the module docstring for the phase rule."""
-
-    def __init__(self, stream: MoshiStream, vocab: Vocabulary, *, period_s: float, rate: int):
-        self.stream, self.vocab = stream, vocab
-        self.period_s, self.input_rate, self.output_rate = period_s, rate, rate
-        self._span: SpanFactory | None = None
-        self._speaking = False
-
-    @property
-    def arm(self) -> Arm:
-        return self.stream.arm
-
-    def set_arm(self, arm: Arm) -> None:
-        self.stream.set_arm(arm)
-
-    @property
-    def in_turn(self) -> bool:
-        return self._speaking
-
-    def set_stage_timer(self, span: SpanFactory | None) -> None:
-        self._span = span
-
-    def step(self, mic: np.ndarray) -> PeriodStep:
-        import numpy as np
-        import torch
-
-        from engine.duplex import PeriodStep, Phase
-
-        pcm = torch.from_numpy(np.ascontiguousarray(mic, dtype=np.float32))
-        out = self.stream.step(pcm.to(self.stream.device).view(1, 1, -1), self._span)
-        tokens = out.tokens[0, :, 0].tolist()
-        text = self.vocab.piece(tokens[0])
-        audio = [] if out.pcm is None else [out.pcm[0, 0]]
-        audible = out.pcm is not None and float(out.pcm.abs().max()) > AUDIBLE_PEAK
-        speaking = bool(text) or audible
-        turn_end = self._speaking and not speaking
-        self._speaking = speaking
-        rms = float(np.sqrt(np.mean(np.square(mic, dtype=np.float64)))) if mic.size else 0.0
-        return PeriodStep(
-            phase=Phase.SPEAK if speaking else Phase.LISTEN,
-            audio=audio,
-            voice_prob=min(1.0, rms / VOICE_RMS),
-            turn_end=turn_end,
-            text=text,
-            facts={"tokens": tokens},
-        )
-
-    def reset(self) -> None:
-        self.stream.reset()
-        self._speaking = False
 
 
 MOSHI = MoshiFamily()

@@ -29,6 +29,7 @@ nothing but speed).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -52,16 +53,36 @@ def _backends() -> dict[str, Any]:
     }
 
 
+_OFF_LOCK = threading.Lock()
+_off: list[ExitStack] = []  # the one live switch, while any thread is inside
+_off_depth = 0
+
+
 @contextmanager
 def vendor_graphs_off(device: torch.device) -> Iterator[None]:
-    """The vendor's ``CUDAGraphed`` off (``no_cuda_graph``) and, on the CPU, its compile off."""
+    """The vendor's ``CUDAGraphed`` off (``no_cuda_graph``) and, on the CPU, its compile off.
+
+    The vendor's switches are process-wide flags each restored on exit; sessions stepping on
+    several threads (``engine.multiplex`` lanes) would restore them under one another, so the
+    first thread in turns them off and the last one out turns them back."""
     from moshi.utils.compile import no_compile, no_cuda_graph
 
-    with ExitStack() as stack:
-        stack.enter_context(no_cuda_graph())
-        if device.type != "cuda":
-            stack.enter_context(no_compile())
+    global _off_depth
+    with _OFF_LOCK:
+        if _off_depth == 0:
+            stack = ExitStack()
+            stack.enter_context(no_cuda_graph())
+            if device.type != "cuda":
+                stack.enter_context(no_compile())
+            _off.append(stack)
+        _off_depth += 1
+    try:
         yield
+    finally:
+        with _OFF_LOCK:
+            _off_depth -= 1
+            if _off_depth == 0:
+                _off.pop().close()
 
 
 class FrameOps:

@@ -22,57 +22,22 @@ Threads: the engine thread (it owns every CUDA call). Torch is imported inside `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.token2wav.config import CheckpointError, check_folder
+from adapters.token2wav.speech_model import SpeechModel
 from engine.arms import switchable_arms
 
 if TYPE_CHECKING:
-    from adapters.token2wav.binding import FlowBinding
     from adapters.token2wav.presets import ModelPreset
-    from adapters.token2wav.prompt import VoicePrompt
-    from adapters.token2wav.speech import SpeechStream
-    from engine.contract import Declaration
-    from engine.replay import ReplayEngine
-    from engine.windows import TokenWindower
+    from adapters.token2wav.sessions import Token2WavSessions
 
 __all__ = ["LYCHEEFD", "SYNTHETIC", "SpeechModel", "Token2WavFamily"]
 
 _VOICE_FILES = ("speech_tokenizer_v2_25hz.onnx", "campplus.onnx")
-
-
-@dataclass
-class SpeechModel:
-    """The Token2Wav decoder alone, loaded for a request: what ``synth`` streams tokens through."""
-
-    speech: SpeechStream  # tokens -> PCM under the arm
-    windower: TokenWindower  # the declaration's call pattern
-    replay: ReplayEngine
-    voice: VoicePrompt
-    declaration: Declaration
-    binding: FlowBinding  # what the declaration and its plan fix at this voice's prompt length
-    size: ModelPreset
-
-    @property
-    def values(self) -> Mapping[str, int]:
-        """The operating point at this voice's prompt length (and the solver steps)."""
-        return self.binding.values
-
-    @property
-    def output_rate(self) -> int:
-        return self.binding.sample_rate
-
-    @property
-    def n_steps(self) -> int:
-        return self.binding.n_steps
-
-    @property
-    def vocab(self) -> int:
-        return self.binding.vocab
 
 
 @dataclass(frozen=True)
@@ -151,14 +116,21 @@ class Token2WavFamily:
             )
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
-        from adapters.synthetic import SyntheticBackbone
-        from adapters.synthetic.vad import RATE
-        from engine.windowed import WindowedSynthesis
-
         speech = self.load_speech(request, progress)
         audit = self.audit_mode(speech) if request.audit else None
         progress("loading", 1.0)
         warmup = self.warm_up(speech, request, progress, audit)
+        return self.loaded(speech, request, warmup, audit)
+
+    def loaded(
+        self, speech: SpeechModel, request: ModelRequest, warmup: dict[str, Any], audit: Any
+    ) -> LoadedModel:
+        """The period model over a warmed-up decoder: the synthetic backbone (seeded by the
+        request) speaking through ``speech``."""
+        from adapters.synthetic import SyntheticBackbone
+        from adapters.synthetic.vad import RATE
+        from engine.windowed import WindowedSynthesis
+
         token_rate = speech.declaration.clock_rate("token", speech.values)
         backbone = SyntheticBackbone(
             period_s=speech.values["period_tokens"] / token_rate,
@@ -194,46 +166,40 @@ class Token2WavFamily:
 
         The voice loads first, so a bad prompt fails in a second, not after the flow.
         """
+        from adapters.token2wav.sessions import voice_for
+
+        self._seeded(request)
+        voice = voice_for(request, self.declaration)
+        return self.load_sessions(request, progress).speech(voice, request.arm)
+
+    def load_sessions(self, request: ModelRequest, progress: Progress) -> Token2WavSessions:
+        """The weights alone, for many sessions (``adapters.face.SessionSource``)."""
+        from adapters.token2wav.presets import preset
+        from adapters.token2wav.sessions import Token2WavSessions
+        from engine.declaration_io import load_declaration
+
+        self._seeded(request)
+        progress("loading", 0.0)
+        size = preset(request.model_size)
+        flow, hift = _load_models(request, size, progress)
+        progress("loading", 0.9)
+        declaration = load_declaration(self.declaration)
+        return Token2WavSessions(self, request, flow, hift, declaration, size)
+
+    def _seeded(self, request: ModelRequest) -> None:
+        """Checks ``request``, sets the host threads and seeds the global generators."""
         import torch
 
-        from adapters.token2wav.binding import bind_flow
         from adapters.token2wav.presets import preset
-        from adapters.token2wav.speech import SpeechStream
-        from adapters.token2wav.stream import FlowStream
-        from engine.declaration_io import load_declaration
-        from engine.replay import ReplayEngine
-        from engine.windows import TokenWindower
 
         self.check(request)
-        size = preset(request.model_size)
-        if request.device != "cpu" or size.name == "small":
+        if request.device != "cpu" or preset(request.model_size).name == "small":
             # The CPU's tensors are small (the backbone, the VAD, the small model): more intra-op
             # threads only add barrier waits. Measured on the H200 host (16 cores): the backbone
             # took 50-60 ms p50 and up to 0.9 s with 16 threads, ~20 ms with one on a 2-core
             # laptop-class CPU; real time also needs spare cores for the audio callbacks.
             torch.set_num_threads(1)
         torch.manual_seed(request.seed)
-        progress("loading", 0.0)
-        voice = _voice(request, self.declaration)
-        flow, hift = _load_models(request, size, progress)
-        progress("loading", 0.9)
-        declaration = load_declaration(self.declaration)
-        binding = bind_flow(declaration, voice.frames, request.n_steps or size.n_steps)
-        _check_agrees(flow, hift, binding, self.declaration)
-        replay = ReplayEngine(request.device)
-        flow_stream = FlowStream(
-            flow, voice.tokens, voice.mel, voice.spk,
-            binding=binding, arm=request.arm, replay=replay,
-        )  # fmt: skip
-        return SpeechModel(
-            speech=SpeechStream(flow_stream, hift, replay),
-            windower=TokenWindower.from_declaration(declaration),
-            replay=replay,
-            voice=voice,
-            declaration=declaration,
-            binding=binding,
-            size=size,
-        )
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -305,33 +271,6 @@ def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -
     hift = build_hift(seed, size.hift)
     progress("loading", 0.7)
     return flow.to(device), hift.to(device)
-
-
-def _check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
-    """The weights' vocabulary and sample rate are the declaration's: a checkpoint for another
-    tokenizer or rate would otherwise run and speak garbage."""
-    vocab, rate = flow.input_embedding.num_embeddings, hift.config.sampling_rate
-    if (vocab, rate) != (binding.vocab, binding.sample_rate):
-        raise FamilyError(
-            f"the checkpoint's flow has {vocab} speech tokens at {rate} Hz, but the {declaration} "
-            f"declaration states {binding.vocab} at {binding.sample_rate} Hz: choose the "
-            "checkpoint folder that belongs to this model family",
-            "checkpoint",
-        )
-
-
-def _voice(request: ModelRequest, declaration: str) -> VoicePrompt:
-    """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
-    random voice of ``voice_frames`` prompt frames."""
-    from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
-
-    if request.voice is None:
-        return random_voice(request.voice_frames, request.seed, request.device, declaration)
-    assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
-    try:
-        return voice_from_wav(request.voice, request.checkpoint, request.device, declaration)
-    except PromptError as error:
-        raise FamilyError(str(error), "voice") from None
 
 
 SYNTHETIC = Token2WavFamily(

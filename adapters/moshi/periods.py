@@ -1,0 +1,155 @@
+"""Moshi's period model and its warm-up: what each session, one or many, runs.
+
+:class:`MoshiPeriods` is the period model: per period one frame of microphone audio (the
+declared ``samples_per_frame`` at the frame clock's sample rate) through Mimi's encoder, the LM
+and Mimi's decoder, the text piece the model said (its inner monologue: what it says, in
+sentencepiece pieces; padding says nothing) and the speech frame. The phase rule is the face's
+(:mod:`adapters.moshi.family`). :func:`warm_up` captures the replay arms' catalogs before
+traffic; :func:`check_rings` holds the rings to the declaration's bounds.
+
+Torch-free at import (the face imports this module; torch loads inside the functions).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from adapters.face import FamilyError, Progress
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from adapters.moshi.checkpoint import Vocabulary
+    from adapters.moshi.stream import MoshiStream
+    from engine.arms import Arm
+    from engine.duplex import PeriodStep, SpanFactory
+    from engine.replay import ReplayEngine
+
+__all__ = ["AUDIBLE_PEAK", "VOICE_RMS", "MoshiPeriods", "check_rings", "warm_up"]
+
+AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
+VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
+
+
+def check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
+    """The state rule: every ring holds exactly what the declaration bounds."""
+    declared = {
+        "lm_kv": values["main_capacity"],
+        "depformer_kv": values["depformer_capacity"],
+        "mimi_kv": values["mimi_capacity"],
+    }
+    for region, capacities in stream.ring_capacities().items():
+        if capacities != {declared[region]}:
+            raise FamilyError(
+                f"the model's {region} rings hold {sorted(capacities)} entries, but moshi.yaml "
+                f"bounds them at {declared[region]}: declare the checkpoint's value",
+                "checkpoint",
+            )
+
+
+def warm_up(
+    stream: MoshiStream,
+    replay: ReplayEngine,
+    *,
+    seed: int,
+    report: Progress,
+    only_own_arm: bool = False,
+) -> dict[str, Any]:
+    """Capture every replay arm's catalog (an opening and a steady frame, each seen twice: the
+    first warms, the second captures), then reset the stream, restore its arm and seal.
+    ``only_own_arm``: the stream's own arm's catalog alone (a multiplexed session, whose memory
+    counts: a later switch to another replay arm runs that arm eagerly, counted ``sealed``).
+
+    The microphone frames are seeded noise (never zeros: a silent warm-up would warm nothing a
+    conversation does not also reach, but proves less). Every arm is warmed, so a live switch
+    replays from its first frame.
+    """
+    import torch
+
+    from engine.arms import Arm
+
+    arm = stream.arm
+    g = torch.Generator().manual_seed(seed)
+    frames = [0.1 * torch.randn((1, 1, stream.spf), generator=g) for _ in range(2)]
+    replay_arms = [a for a in Arm if a.replay and (a is arm or not only_own_arm)]
+    report("capture", 0.0)
+    t0 = time.perf_counter()
+    for i, a in enumerate(replay_arms):
+        stream.set_arm(a)
+        for _ in range(2):
+            stream.reset()
+            for frame in frames:
+                stream.step(frame.to(stream.device))
+        report("capture", (i + 1) / len(replay_arms))
+    stream.reset()
+    stream.set_arm(arm)
+    if stream.device.type == "cuda":
+        torch.cuda.synchronize(stream.device)
+    replay.seal()
+    totals = replay.snapshot()["total"]
+    events = replay.drain_events()
+    replay.reset_counters()
+    return {
+        "arm": str(arm),
+        "arms": [str(a) for a in replay_arms],
+        "frames": 4 * len(replay_arms),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "captures": totals.get("captures", 0),
+        "capture_s": round(float(totals.get("capture_s", 0.0)), 3),
+        "capture_bytes": totals.get("capture_bytes", 0),
+        "events": len(events),
+    }
+
+
+class MoshiPeriods:
+    """The period model: one frame per period; see the module docstring for the phase rule."""
+
+    def __init__(self, stream: MoshiStream, vocab: Vocabulary, *, period_s: float, rate: int):
+        self.stream, self.vocab = stream, vocab
+        self.period_s, self.input_rate, self.output_rate = period_s, rate, rate
+        self._span: SpanFactory | None = None
+        self._speaking = False
+
+    @property
+    def arm(self) -> Arm:
+        return self.stream.arm
+
+    def set_arm(self, arm: Arm) -> None:
+        self.stream.set_arm(arm)
+
+    @property
+    def in_turn(self) -> bool:
+        return self._speaking
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        self._span = span
+
+    def step(self, mic: np.ndarray) -> PeriodStep:
+        import numpy as np
+        import torch
+
+        from engine.duplex import PeriodStep, Phase
+
+        pcm = torch.from_numpy(np.ascontiguousarray(mic, dtype=np.float32))
+        out = self.stream.step(pcm.to(self.stream.device).view(1, 1, -1), self._span)
+        tokens = out.tokens[0, :, 0].tolist()
+        text = self.vocab.piece(tokens[0])
+        audio = [] if out.pcm is None else [out.pcm[0, 0]]
+        audible = out.pcm is not None and float(out.pcm.abs().max()) > AUDIBLE_PEAK
+        speaking = bool(text) or audible
+        turn_end = self._speaking and not speaking
+        self._speaking = speaking
+        rms = float(np.sqrt(np.mean(np.square(mic, dtype=np.float64)))) if mic.size else 0.0
+        return PeriodStep(
+            phase=Phase.SPEAK if speaking else Phase.LISTEN,
+            audio=audio,
+            voice_prob=min(1.0, rms / VOICE_RMS),
+            turn_end=turn_end,
+            text=text,
+            facts={"tokens": tokens},
+        )
+
+    def reset(self) -> None:
+        self.stream.reset()
+        self._speaking = False

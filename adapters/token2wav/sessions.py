@@ -1,0 +1,160 @@
+"""Many Token2Wav sessions on one set of weights (``adapters.face.SessionSource``).
+
+The flow and the vocoder are loaded once (:meth:`Token2WavFamily.load_sessions`); each session
+gets its own voice (the request's recording, or a random voice seeded by the session), its own
+binding at that voice's prompt length, its own replay engine and streams (carry, conv region,
+vocoder tails), warmed up and sealed, and its own synthetic backbone. Nothing a session writes
+is shared: the flow's only mutable buffers are the stock cache envelope, which the state-rule
+arms never touch: a session opened here runs S, SR or SRc (one loaded with the envelope may
+still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from adapters.face import EagerGuard, FamilyError, LoadedModel, ModelRequest, Progress
+from adapters.token2wav.binding import FlowBinding, bind_flow
+from adapters.token2wav.prompt import VoicePrompt
+from adapters.token2wav.speech import SpeechStream
+from adapters.token2wav.speech_model import SpeechModel
+from adapters.token2wav.stream import FlowStream
+from engine.arms import Arm
+from engine.contract import Declaration
+from engine.replay import ReplayEngine
+from engine.windows import TokenWindower
+
+if TYPE_CHECKING:
+    from adapters.token2wav.presets import ModelPreset
+
+__all__ = ["Face", "Token2WavSessions", "check_agrees", "voice_for"]
+
+
+class Face(Protocol):
+    """What a session needs of the Token2Wav face (``adapters.token2wav.family``)."""
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def declaration(self) -> str: ...
+
+    def warm_up(
+        self, speech: SpeechModel, request: ModelRequest, progress: Progress, audit: Any
+    ) -> dict[str, Any]: ...
+
+    def loaded(
+        self, speech: SpeechModel, request: ModelRequest, warmup: dict[str, Any], audit: Any
+    ) -> LoadedModel: ...
+
+
+def _quiet(stage: str, fraction: float) -> None:
+    """A session's warm-up reports nothing: the multiplexer's caller reports sessions."""
+
+
+class Token2WavSessions:
+    """The decoder's weights for ``request``; :meth:`open` makes a session on them."""
+
+    def __init__(
+        self,
+        face: Face,
+        request: ModelRequest,
+        flow: Any,
+        hift: Any,
+        declaration: Declaration,
+        size: ModelPreset,
+    ) -> None:
+        self.face, self.request, self.flow, self.hift = face, request, flow, hift
+        self.declaration, self.size = declaration, size
+        values = declaration.values()
+        token_rate = declaration.clock_rate("token", values)
+        self.period_s = values["period_tokens"] / token_rate
+        self.output_rate = int(hift.config.sampling_rate)
+        self.input_rate = 16_000  # the synthetic backbone's voice-activity model
+        weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
+        self.title = f"{face.title} ({size.name}, {weights})"
+
+    def state_bytes(self, arm: Arm) -> int:
+        """One session's state under ``arm``: the declaration's plan at the request's voice."""
+        from engine.plan import make_plan
+
+        return (
+            make_plan(self.declaration, {"f_prompt": self.request.voice_frames})
+            .price(arm)
+            .total_bytes
+        )
+
+    def speech(
+        self, voice: VoicePrompt, arm: Arm, eager_guard: EagerGuard | None = None
+    ) -> SpeechModel:
+        """The decoder's streams for ``voice`` under ``arm``: binding, engine, catalog."""
+        request = self.request
+        binding = bind_flow(self.declaration, voice.frames, request.n_steps or self.size.n_steps)
+        check_agrees(self.flow, self.hift, binding, self.face.declaration)
+        replay = ReplayEngine(request.device, eager_guard=eager_guard)
+        flow_stream = FlowStream(
+            self.flow, voice.tokens, voice.mel, voice.spk,
+            binding=binding, arm=arm, replay=replay,
+        )  # fmt: skip
+        return SpeechModel(
+            speech=SpeechStream(flow_stream, self.hift, replay),
+            windower=TokenWindower.from_declaration(self.declaration),
+            replay=replay,
+            voice=voice,
+            declaration=self.declaration,
+            binding=binding,
+            size=self.size,
+        )
+
+    def voice(self, seed: int) -> VoicePrompt:
+        """A session's voice: the request's recording, else a random voice seeded by ``seed``."""
+        return voice_for(replace(self.request, seed=seed), self.face.declaration)
+
+    def open_speech(
+        self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None
+    ) -> tuple[SpeechModel, dict[str, Any]]:
+        """A session's decoder alone (its voice from ``seed``), warmed up and sealed; with
+        what the warm-up did. Call it with the session's generator state installed."""
+        if not arm.state_rule:
+            raise FamilyError(
+                f"arm {arm} runs the stock path, whose cache envelope is one per process: "
+                "a session among many runs S, SR or SRc",
+                "arm",
+            )
+        request = replace(self.request, seed=seed, arm=arm)
+        speech = self.speech(self.voice(seed), arm, eager_guard)
+        warmup = self.face.warm_up(speech, request, _quiet, None)
+        return speech, warmup
+
+    def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None) -> LoadedModel:
+        """A session: its decoder (:meth:`open_speech`) under the synthetic backbone."""
+        speech, warmup = self.open_speech(seed, arm, eager_guard)
+        return self.face.loaded(speech, replace(self.request, seed=seed, arm=arm), warmup, None)
+
+
+def check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
+    """The weights' vocabulary and sample rate are the declaration's: a checkpoint for another
+    tokenizer or rate would otherwise run and speak garbage."""
+    vocab, rate = flow.input_embedding.num_embeddings, hift.config.sampling_rate
+    if (vocab, rate) != (binding.vocab, binding.sample_rate):
+        raise FamilyError(
+            f"the checkpoint's flow has {vocab} speech tokens at {rate} Hz, but the {declaration} "
+            f"declaration states {binding.vocab} at {binding.sample_rate} Hz: choose the "
+            "checkpoint folder that belongs to this model family",
+            "checkpoint",
+        )
+
+
+def voice_for(request: ModelRequest, declaration: str) -> VoicePrompt:
+    """The recording's voice through the checkpoint's tokenizer and speaker model, else a seeded
+    random voice of ``voice_frames`` prompt frames."""
+    from adapters.token2wav.prompt import PromptError, random_voice, voice_from_wav
+
+    if request.voice is None:
+        return random_voice(request.voice_frames, request.seed, request.device, declaration)
+    assert request.checkpoint is not None, "check() lets a voice through only with a checkpoint"
+    try:
+        return voice_from_wav(request.voice, request.checkpoint, request.device, declaration)
+    except PromptError as error:
+        raise FamilyError(str(error), "voice") from None

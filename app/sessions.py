@@ -1,0 +1,159 @@
+"""``converse --headless --sessions N``: N conversations in one process, on one set of weights.
+
+The family's weights load once (``adapters.face.session_source``); each conversation is a
+:class:`~app.session.Session` of its own (its state, voice, arm, replay engine, generator
+stream, trace), admitted to one :class:`~engine.multiplex.Multiplexer`, whose earliest-deadline
+scheduler steps every session's due period. Session ``i`` has seed ``seed + i`` (its voice and
+backbone; the weights are the seed's) and its own files: a name with ``{i}`` is each session's
+(``--input talk{i}.wav`` reads ``talk0.wav``, ``talk1.wav``, ...); an input without it is heard by
+every session; an output or trace without it gets ``.i`` before its suffix (``out.0.wav``).
+Files on a simulated clock, period ``k`` of every session due at ``k`` periods; each session runs
+until its input ends and its answer is over, as one conversation does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.converse import (
+    ConverseError,
+    ConverseRequest,
+    Tally,
+    _answer_pending,
+    _finish,
+    _load_progress,
+    _sink,
+    _source,
+    check_request,
+)
+from app.session import Session
+
+__all__ = ["converse_sessions", "session_request"]
+
+
+def session_request(req: ConverseRequest, i: int) -> ConverseRequest:
+    """Session ``i``'s request: its seed and its files (see the module docstring)."""
+
+    def own(path: Path | None, shared: bool) -> Path | None:
+        if path is None:
+            return None
+        if "{i}" in path.name:
+            return path.with_name(path.name.replace("{i}", str(i)))
+        return path if shared else path.with_name(f"{path.stem}.{i}{path.suffix}")
+
+    settings = replace(req.settings, seed=req.settings.seed + i)
+    return replace(
+        req,
+        settings=settings,
+        input=own(req.input, shared=True),
+        output=own(req.output, shared=False),
+        trace=own(req.trace, shared=False),
+        sessions=1,
+    )
+
+
+def converse_sessions(req: ConverseRequest) -> dict[str, Any]:
+    """Run ``req.sessions`` conversations; returns the summary printed on stdout."""
+    if req.use_devices or req.input is None or req.output is None:
+        raise ConverseError(
+            f"--sessions {req.sessions} runs on files (one audio device carries one "
+            "conversation): give --input and --output, with {i} in a name for each session's"
+        )
+    if req.record_audio is not None:
+        raise ConverseError("--record-audio records one conversation: leave it out with --sessions")
+    subs = [session_request(req, i) for i in range(req.sessions)]
+    names = [s.output for s in subs]
+    if len(set(names)) < len(names):
+        raise ConverseError("--output names one file for every session: put {i} in its name")
+    for sub in subs:
+        check_request(sub)
+    from adapters.face import FamilyError, session_source
+    from adapters.registry import family
+    from app.session import session_over
+    from engine.multiplex import Multiplexer, SessionRng
+
+    if not req.verbose:
+        logging.getLogger("duplexcadence.replay").setLevel(logging.ERROR)
+    settings = req.settings
+    request = settings.model_request(n_steps=req.n_steps, realtime=req.realtime)
+    progress = _load_progress(req.progress) or (lambda stage, fraction: None)
+    mux = Multiplexer(request.device)
+    sessions: dict[int, tuple[ConverseRequest, Session]] = {}
+    try:
+        source = session_source(family(settings.family), request, progress)
+        for sub in subs:
+            opened: list[Session] = []
+
+            def opener(rng: SessionRng, sub: ConverseRequest = sub, opened: Any = opened) -> Any:
+                loaded = source.open(sub.settings.seed, sub.settings.arm, rng.eager)
+                sub_request = replace(request, seed=sub.settings.seed)
+                session = session_over(loaded, sub.settings, sub_request, sub.jsonl)
+                opened.append(session)
+                return session.step, None
+
+            sid = mux.admit(
+                opener,
+                seed=sub.settings.seed,
+                period_s=source.period_s,
+                state_bytes=source.state_bytes(sub.settings.arm),
+                eager_periods=_arm_is_eager(opened),
+            )
+            sessions[sid] = (sub, opened[0])
+    except FamilyError as error:
+        raise ConverseError(str(error)) from None
+    tallies = {sid: Tally() for sid in sessions}
+    with ExitStack() as stack:
+        for _, session in sessions.values():
+            stack.callback(session.close)
+        _run(mux, sessions, tallies, stack)
+    mux.shutdown()
+    summaries = [_finish(sub, session, tallies[sid]) for sid, (sub, session) in sessions.items()]
+    return {"sessions": summaries, "model": source.title, "device": request.device}
+
+
+def _arm_is_eager(opened: list[Session]) -> Callable[[Any], bool]:
+    """Whether a session's next period runs its arm eagerly (the generator held throughout)."""
+    return lambda mic: not opened[0].arm.replay
+
+
+def _run(
+    mux: Any,
+    sessions: dict[int, tuple[ConverseRequest, Session]],
+    tallies: dict[int, Tally],
+    stack: ExitStack,
+) -> None:
+    """Every session's periods, due together, until each one's input and answer are over."""
+    sources, sinks, drained = {}, {}, dict.fromkeys(sessions, 0)
+    for sid, (sub, session) in sessions.items():
+        sources[sid] = _source(sub, session.input_rate, stack)
+        sinks[sid] = _sink(sub, session.output_rate, stack)
+    live = set(sessions)
+    k = 0
+    while live:
+        for sid in sorted(live):
+            sub, session = sessions[sid]
+            n_in = round(session.period_s * session.input_rate)
+            mic = sources[sid].read_period(n_in, timeout=2 * session.period_s)
+            tally = tallies[sid]
+            if sub.seconds is not None and tally.periods >= sub.seconds:
+                live.discard(sid)
+                continue
+            if mic is None:  # its input ended: silence until its answer is over
+                if sub.seconds is None and not _answer_pending(session, tally, drained[sid]):
+                    live.discard(sid)
+                    continue
+                mic, drained[sid] = np.zeros(n_in, np.float32), drained[sid] + 1
+            mux.submit(sid, mic, due=k * session.period_s)
+        for done in mux.drain():
+            if done.error is not None:
+                raise done.error
+            sinks[done.session].write(done.result.pcm)
+            tallies[done.session].add(done.result)
+        k += 1

@@ -1,0 +1,498 @@
+"""Many exact sessions of one family in one process (paper §2.2, "When N independent sessions
+share one accelerator").
+
+::
+
+    mux = Multiplexer(torch.device("cuda"), capacity=Capacity(sessions=10, lanes=4))
+    sid = mux.admit(lambda rng: open_session(rng), period_s=0.08, state_bytes=declared)
+    mux.submit(sid, mic, due=t)       # a period of input, due at ``t`` (perf_counter seconds)
+    done = mux.drain()                # earliest deadline first, each session's periods in order
+    mux.close(sid)                    # its state freed at once
+
+**What is shared and what is not.** The family's weights (and their device-resident constants)
+are loaded once; every session brings its own state: carry, rings, regions, sized by the
+declaration, and its own replay bindings over that state (graphs captured at its state's
+addresses, in its own memory pool). The paper's other way, one set of bindings with each
+session's state copied in and out around its period, was rejected by arithmetic and by
+concurrency: a 7B Moshi session's temporal rings are 1.5 GiB (moshi.yaml), so copying them in
+and out costs ~1 ms of an H200's bandwidth every 80-ms frame per session, and — the deciding
+point — one binding can serve only one session at a time, while the targets (48 Token2Wav, 6-10
+Moshi sessions) need more than one session's kernels on the device at once: a Moshi frame takes
+~16 ms of launch-bound kernels, so a single binding time-multiplexed caps Moshi at five sessions
+per 80 ms. Per-session bindings let ``lanes`` sessions replay concurrently on their own CUDA
+streams; what a session costs beyond its declared state (its graphs' workspace) is measured by
+``bench/capacity.py`` and written down beside the count (``docs/scaling.md``). Per-session
+bindings also carry a session's own voice: Token2Wav's prompt length is part of every signature,
+so sessions with different voices could not share one catalog anyway.
+
+**Randomness.** Each session draws from its own generator state (:class:`SessionRng`), seeded by
+the session alone, so its draws are those of the same session run alone. On CUDA it is a
+graph-safe state of the device's default generator (``Generator.graphsafe_set_state``): a
+session's graphs are captured while its state is the default one, so each graph registers that
+session's state, and a replay advances that state's Philox offset and no other session's,
+whichever lane replays it. Eager calls (a stock arm, a miss, warm-up, capture) read the default
+generator, so they run while the session's state is installed, under one process lock
+(:attr:`Multiplexer.rng_lock`: the replay engine takes it through ``ReplayEngine.eager_guard``).
+On the CPU the state is the host generator's, installed around the whole period.
+
+**Scheduling.** Due periods run earliest deadline first (deadline = due + the session's period),
+a session's periods in order and never two at once. A session keeps one lane (the one with the
+fewest sessions when it is admitted), so its tensors live on one CUDA stream: the caching
+allocator hands a freed block out again only on its own stream, after the work that freed it, so
+sessions on different streams never reuse memory another's queued kernels still read; each lane
+runs its sessions' due periods earliest deadline first. ``lanes`` workers (CUDA streams) run periods
+concurrently (threads on the CPU too, where they prove the scheduling). Admission control
+refuses a session (one line, :class:`AdmissionRefused`) when the measured capacity would be
+exceeded: the count measured for this family and arm on this device (``Capacity.sessions``),
+or, for one lane, the utilization the admitted sessions' measured periods already use.
+
+Threads: ``admit``, ``submit``, ``drain`` and ``close`` from one controlling thread; the lanes are
+the multiplexer's own threads. Nothing here knows a model family.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "AdmissionRefused",
+    "Capacity",
+    "Done",
+    "Multiplexer",
+    "SessionRng",
+    "Stepper",
+]
+
+Stepper = Callable[[Any], Any]  # one period: its input in, its result out (on the engine side)
+
+
+class AdmissionRefused(RuntimeError):
+    """A session the measured capacity cannot hold; the message is one line naming the fix."""
+
+
+class SessionRng:
+    """One session's random stream: its own state of the device's default generator.
+
+    ``active()`` installs it for a span (a period, an eager call, the session's opening) and
+    keeps what the span drew: on CUDA by swapping the generator's graph-safe state object (no
+    copy; graphs captured inside hold this state and advance it on every replay), on the CPU by
+    value (``get_state``/``set_state``).
+    """
+
+    def __init__(
+        self, device: torch.device, seed: int, lock: threading.RLock | None = None
+    ) -> None:
+        self.device, self.seed, self._lock = device, seed, lock
+        self.cuda = device.type == "cuda"
+        self._state: Any  # a graph-safe generator state (CUDA) or the host state's bytes
+        if self.cuda:
+            torch.cuda.init()  # type: ignore[no-untyped-call]  # makes the default generators
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self._generator = torch.cuda.default_generators[index]
+            self._state = self._generator.clone_state()
+            self._state.manual_seed(seed)
+        else:
+            self._generator = torch.default_generator
+            self._state = torch.Generator().manual_seed(seed).get_state()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        gen = self._generator
+        if self.cuda:
+            swapped = gen.graphsafe_get_state()
+            gen.graphsafe_set_state(self._state)
+            try:
+                yield
+            finally:
+                gen.graphsafe_set_state(swapped)
+        else:
+            saved = gen.get_state()
+            gen.set_state(self._state)
+            try:
+                yield
+            finally:
+                self._state = gen.get_state()
+                gen.set_state(saved)
+
+    def reseed(self) -> None:
+        """Back to the stream's first draw (the session's conversation starts again)."""
+        if self.cuda:
+            self._state.manual_seed(self.seed)
+        else:
+            self._state = torch.Generator().manual_seed(self.seed).get_state()
+
+    def eager(self) -> AbstractContextManager[None]:
+        """What the session's replay engine runs an eager call under (``eager_guard``): with
+        concurrent lanes, the process's generator lock and this state installed; otherwise
+        nothing (the period already holds the state)."""
+        if self._lock is None:
+            return nullcontext()
+        return _both(self._lock, self.active())
+
+    def offset(self) -> int:
+        """Where the stream stands (the Philox offset on CUDA; on the CPU a digest of the
+        state), for traces and tests."""
+        if self.cuda:
+            return int(self._state.get_offset())
+        return hash(bytes(self._state.numpy()))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one process may hold: ``sessions`` as measured for this family and arm on this
+    device (None: not measured, only the utilization check applies), ``lanes`` concurrent
+    periods, and the share of each period the admitted sessions may fill (one lane)."""
+
+    sessions: int | None = None
+    lanes: int = 1
+    utilization: float = 0.9
+    source: str = "not measured"  # where ``sessions`` comes from, for the refusal's line
+
+
+@dataclass(frozen=True)
+class Done:
+    """One period's result: which session, which period, when it was due, started and done
+    (``perf_counter`` seconds), its deadline, and the stepper's result (or the error)."""
+
+    session: int
+    index: int
+    due: float
+    started: float
+    finished: float
+    deadline: float
+    result: Any = None
+    error: BaseException | None = None
+
+    @property
+    def latency_s(self) -> float:
+        """From due to done: what a listener waits beyond the period's own length."""
+        return self.finished - self.due
+
+    @property
+    def late(self) -> bool:
+        """Done after its deadline: a dropout where the output is played in real time."""
+        return self.finished > self.deadline
+
+
+@dataclass(eq=False)
+class _Session:
+    sid: int
+    step: Stepper
+    rng: SessionRng
+    period_s: float
+    state_bytes: int
+    close: Callable[[], None] | None
+    eager_periods: Callable[[Any], bool]  # this period (its input) reads the generator eagerly
+    lane: int  # the lane (CUDA stream) its periods run on, for its whole life
+    pending: deque[tuple[int, float, Any]] = field(default_factory=deque)
+    busy: bool = False
+    periods: int = 0
+    costs: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+
+
+class Multiplexer:
+    """N sessions of one family on one device; see the module docstring.
+
+    Args:
+        device: where the sessions run.
+        capacity: what admission holds the process to.
+    """
+
+    def __init__(self, device: torch.device | str, capacity: Capacity | None = None) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.capacity = capacity or Capacity()
+        self.lanes = self.capacity.lanes
+        if self.lanes < 1:
+            raise ValueError(f"lanes={self.capacity.lanes}: need at least one")
+        self.rng_lock = threading.RLock()
+        self._sessions: dict[int, _Session] = {}
+        self._ids = itertools.count()
+        # Due periods per lane, (deadline, order, sid): a session keeps its lane, so every
+        # tensor it allocates and frees is on one stream (the caching allocator reuses a freed
+        # block on its stream only, ordered after the work that freed it).
+        self._heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(self.lanes)]
+        self._order = itertools.count()
+        self._cv = threading.Condition()
+        self._done: list[Done] = []
+        self._running = 0
+        self._stop = False
+        self._workers: list[threading.Thread] = []
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    @property
+    def sessions(self) -> tuple[int, ...]:
+        return tuple(self._sessions)
+
+    def admit(
+        self,
+        opener: Callable[[SessionRng], tuple[Stepper, Callable[[], None] | None]],
+        *,
+        seed: int,
+        period_s: float,
+        state_bytes: int = 0,
+        eager_periods: Callable[[Any], bool] = lambda payload: False,
+        cost_s: float | None = None,
+    ) -> int:
+        """Open a session if the measured capacity holds it; returns its id.
+
+        ``opener(rng)`` builds the session's state and bindings (warm-up and capture included)
+        while ``rng`` is installed and no period runs, and returns its stepper and what ends it;
+        the session's replay engine takes ``rng.eager`` as its ``eager_guard``.
+        ``cost_s``: what one of its periods is expected to cost, for the utilization check
+        (default: the admitted sessions' mean). ``eager_periods(payload)``: whether the period
+        of that input runs eagerly outside any replay engine (e.g. its arm, after a switch the
+        input asks for, does not replay): such a period holds the generator lock throughout, with
+        the session's state installed.
+        """
+        self._check_admission(period_s, state_bytes, cost_s)
+        lock = self.rng_lock if self.lanes > 1 else None
+        rng = SessionRng(self.device, seed, lock)
+        with self._exclusive(), rng.active():
+            step, close = opener(rng)
+        sid = next(self._ids)
+        load = [0] * self.lanes
+        for other in self._sessions.values():
+            load[other.lane] += 1
+        lane = load.index(min(load))  # the lane with the fewest sessions
+        self._sessions[sid] = _Session(
+            sid, step, rng, period_s, state_bytes, close, eager_periods, lane
+        )
+        return sid
+
+    def close(self, sid: int) -> None:
+        """End a session: its pending periods dropped, its state and bindings freed at once."""
+        with self._cv:
+            while self._sessions[sid].busy:
+                self._cv.wait()
+            session = self._sessions.pop(sid)
+            heap = self._heaps[session.lane]
+            heap[:] = [item for item in heap if item[2] != sid]
+            heapq.heapify(heap)
+        if session.close is not None:
+            session.close()
+        del session
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
+    def rng(self, sid: int) -> SessionRng:
+        return self._sessions[sid].rng
+
+    # -- periods -------------------------------------------------------------------------------
+
+    def submit(self, sid: int, payload: Any, *, due: float | None = None) -> int:
+        """Queue one period of ``sid`` (due now unless ``due``); returns its index."""
+        due = time.perf_counter() if due is None else due
+        with self._cv:
+            session = self._sessions[sid]
+            index = session.periods
+            session.periods += 1
+            session.pending.append((index, due, payload))
+            if len(session.pending) == 1 and not session.busy:
+                self._push(session)
+            self._cv.notify_all()
+        return index
+
+    def drain(self, timeout: float | None = None) -> list[Done]:
+        """Run every queued period (earliest deadline first) and return what is done since
+        the last drain, in completion order."""
+        if not self._workers:
+            while True:
+                with self._cv:
+                    due = [(h[0], lane) for lane, h in enumerate(self._heaps) if h]
+                    if not due:
+                        break
+                    session = self._pop(min(due)[1])
+                self._run(session)
+        else:
+            end = None if timeout is None else time.perf_counter() + timeout
+            with self._cv:
+                while any(self._heaps) or self._running:
+                    left = None if end is None else end - time.perf_counter()
+                    if left is not None and left <= 0:
+                        break
+                    self._cv.wait(left)
+        return self.take_done()
+
+    def take_done(self) -> list[Done]:
+        """What is done so far, in completion order (for a caller that polls)."""
+        with self._cv:
+            done, self._done = self._done, []
+        return done
+
+    def start(self) -> None:
+        """Start the lanes: from now on periods run as they are submitted, on the lanes' own
+        threads; without it ``drain`` runs them on the caller's thread, one at a time."""
+        self._start_lanes()
+
+    def shutdown(self) -> None:
+        """Stop the lanes (after the queued periods) and close every session."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        for worker in self._workers:
+            worker.join()
+        self._workers = []
+        for sid in list(self._sessions):
+            self.close(sid)
+
+    def measured(self) -> dict[int, dict[str, float]]:
+        """Each session's recent period cost (p50, p99, seconds) and utilization."""
+        out = {}
+        for sid, s in self._sessions.items():
+            if s.costs:
+                costs = np.asarray(s.costs)
+                p99 = float(np.quantile(costs, 0.99))
+                out[sid] = {
+                    "p50_s": float(np.median(costs)),
+                    "p99_s": p99,
+                    "utilization": p99 / s.period_s,
+                }
+        return out
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _check_admission(self, period_s: float, state_bytes: int, cost_s: float | None) -> None:
+        cap, n = self.capacity, len(self._sessions)
+        if cap.sessions is not None and n >= cap.sessions:
+            raise AdmissionRefused(
+                f"session refused: {n} sessions already fill this process's measured capacity "
+                f"({cap.sessions}, {cap.source}); end a session or route it to another replica"
+            )
+        if self.cuda and state_bytes:
+            free = torch.cuda.mem_get_info(self.device)[0]
+            if free < state_bytes:
+                raise AdmissionRefused(
+                    f"session refused: it needs {state_bytes / 2**20:.0f} MiB of state, "
+                    f"{free / 2**20:.0f} MiB are free on {self.device}; end a session or route "
+                    "it to another replica"
+                )
+        if self.lanes > 1 or not self._sessions:
+            return
+        measured = self.measured()
+        if not measured:
+            return
+        load = sum(m["utilization"] for m in measured.values())
+        if cost_s is None:
+            cost_s = float(np.mean([m["p99_s"] for m in measured.values()]))
+        if load + cost_s / period_s > cap.utilization:
+            raise AdmissionRefused(
+                f"session refused: the {n} admitted sessions use {load:.0%} of each period "
+                f"(measured p99) and one more needs {cost_s / period_s:.0%}, over the "
+                f"{cap.utilization:.0%} limit; end a session or route it to another replica"
+            )
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """No period runs inside: the lanes wait (a capture must be alone on the device)."""
+        with self._cv:
+            while self._running:
+                self._cv.wait()
+            self._running = -1  # held: lanes take nothing
+        try:
+            with self.rng_lock:
+                yield
+        finally:
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+            with self._cv:
+                self._running = 0
+                self._cv.notify_all()
+
+    def _push(self, session: _Session) -> None:
+        _, due, _ = session.pending[0]
+        item = (due + session.period_s, next(self._order), session.sid)
+        heapq.heappush(self._heaps[session.lane], item)
+
+    def _pop(self, lane: int) -> _Session:
+        _, _, sid = heapq.heappop(self._heaps[lane])
+        session = self._sessions[sid]
+        session.busy = True
+        return session
+
+    def _run(self, session: _Session) -> None:
+        index, due, payload = session.pending[0]
+        started = time.perf_counter()
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            with self._period_rng(session, payload):
+                result = session.step(payload)
+            if self.cuda:
+                torch.cuda.current_stream(self.device).synchronize()
+        except Exception as exc:  # the period fails alone; its session reports it
+            error = exc
+        finished = time.perf_counter()
+        with self._cv:
+            session.pending.popleft()
+            session.busy = False
+            session.costs.append(finished - started)
+            self._done.append(
+                Done(session.sid, index, due, started, finished, due + session.period_s, result,
+                     error)
+            )  # fmt: skip
+            if session.pending:
+                self._push(session)
+            self._cv.notify_all()
+
+    def _period_rng(self, session: _Session, payload: Any) -> AbstractContextManager[None]:
+        if self.lanes == 1:
+            return session.rng.active()
+        if session.eager_periods(payload):
+            return _both(self.rng_lock, session.rng.active())
+        return nullcontext()
+
+    def _start_lanes(self) -> None:
+        if self._workers:
+            return
+        self._stop = False
+        for lane in range(self.lanes):
+            worker = threading.Thread(
+                target=self._lane, args=(lane,), name=f"multiplex-lane-{lane}", daemon=True
+            )
+            worker.start()
+            self._workers.append(worker)
+
+    def _lane(self, lane: int) -> None:
+        if not self.cuda:
+            self._serve(lane)
+            return
+        torch.cuda.set_device(self.device)
+        with torch.cuda.stream(torch.cuda.Stream(device=self.device)):  # type: ignore[no-untyped-call]
+            self._serve(lane)
+
+    def _serve(self, lane: int) -> None:
+        heap = self._heaps[lane]
+        while True:
+            with self._cv:
+                while not self._stop and (not heap or self._running < 0):
+                    self._cv.wait()
+                if self._stop and not heap:
+                    return
+                session = self._pop(lane)
+                self._running += 1
+            try:
+                self._run(session)
+            finally:
+                with self._cv:
+                    self._running -= 1
+                    self._cv.notify_all()
+
+
+@contextmanager
+def _both(lock: AbstractContextManager[Any], inner: AbstractContextManager[None]) -> Iterator[None]:
+    with lock, inner:
+        yield

@@ -1,0 +1,280 @@
+"""The multiplexer (engine.multiplex): N sessions of one family on one set of weights, each equal
+bit for bit to the same session run alone in eager, whatever the others do (different inputs,
+turn resets, arm switches), with its own random stream; earliest deadline first; admission
+refused in one line; a closed session's state freed at once. CPU, small configs (CI)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from adapters.face import ModelRequest
+from adapters.registry import family
+from engine.arms import Arm
+from engine.multiplex import AdmissionRefused, Capacity, Multiplexer, SessionRng
+from tests.moshi_small import noise
+
+CPU = torch.device("cpu")
+
+
+def _quiet(stage: str, fraction: float) -> None:
+    pass
+
+
+# -- the engine alone ---------------------------------------------------------------------------
+
+
+def test_session_rngs_draw_as_if_alone() -> None:
+    """Interleaved draws of two sessions equal each one's draws alone, and the process's own
+    generator is left where it was."""
+    alone = {}
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        alone[seed] = [torch.rand(3) for _ in range(4)]
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    rngs = {seed: SessionRng(CPU, seed) for seed in (1, 2)}
+    drawn: dict[int, list[torch.Tensor]] = {1: [], 2: []}
+    for i in range(4):
+        for seed in (2, 1) if i % 2 else (1, 2):
+            with rngs[seed].active():
+                drawn[seed].append(torch.rand(3))
+    assert torch.equal(torch.get_rng_state(), before)
+    for seed in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(alone[seed], drawn[seed], strict=True))
+
+
+def _echo(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
+    return (lambda payload: payload), None
+
+
+def test_earliest_deadline_first_and_in_order() -> None:
+    """Due periods run by deadline (due + the session's period); a session's in its order."""
+    mux = Multiplexer(CPU)
+    fast = mux.admit(_echo, seed=0, period_s=0.08)
+    slow = mux.admit(_echo, seed=1, period_s=1.0)
+    mux.submit(slow, "s0", due=0.0)  # deadline 1.0
+    for k in range(3):
+        mux.submit(fast, f"f{k}", due=0.08 * k)  # deadlines 0.08, 0.16, 0.24
+    mux.submit(fast, "f3", due=1.5)  # deadline 1.58
+    done = mux.drain()
+    assert [d.result for d in done] == ["f0", "f1", "f2", "s0", "f3"]
+    assert [d.index for d in done if d.session == fast] == [0, 1, 2, 3]
+
+
+def test_admission_refuses_in_one_line_and_close_frees() -> None:
+    """Over the measured count: one line naming the fix; a closed session's state is gone at
+    once and its place can be taken again."""
+    state: list[weakref.ref[torch.Tensor]] = []
+
+    def opener(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
+        buffer = torch.zeros(1024)
+        state.append(weakref.ref(buffer))
+        return (lambda payload: buffer.add_(payload).sum()), None
+
+    mux = Multiplexer(CPU, Capacity(sessions=2, source="bench/results/capacity_h200.json"))
+    a = mux.admit(opener, seed=0, period_s=1.0)
+    mux.admit(opener, seed=1, period_s=1.0)
+    with pytest.raises(AdmissionRefused) as refused:
+        mux.admit(opener, seed=2, period_s=1.0)
+    line = str(refused.value)
+    assert "\n" not in line and "capacity_h200.json" in line and "another replica" in line
+    mux.submit(a, 1.0)
+    assert mux.drain()[0].result == 1024.0
+    mux.close(a)
+    gc.collect()
+    assert state[0]() is None and state[1]() is not None
+    mux.admit(opener, seed=2, period_s=1.0)
+
+
+def test_admission_from_measured_utilization() -> None:
+    """One lane: a session whose periods would overfill the period is refused."""
+    mux = Multiplexer(CPU, Capacity(utilization=0.5))
+    sid = mux.admit(_echo, seed=0, period_s=1.0)
+    for k in range(3):
+        mux.submit(sid, k)
+    mux.drain()
+    mux.admit(_echo, seed=1, period_s=1.0, cost_s=0.1)
+    with pytest.raises(AdmissionRefused, match="over the 50% limit"):
+        mux.admit(_echo, seed=2, period_s=1.0, cost_s=0.6)
+
+
+# -- Token2Wav ----------------------------------------------------------------------------------
+
+T2W_REQUEST = ModelRequest(device="cpu", model_size="small", arm=Arm.SRC, seed=0, n_steps=2)
+
+# Each session's calls: a window of n tokens, "last:n" a turn's last, "reset" a turn reset,
+# an Arm a switch. Different windows, turn ends and arms at different moments.
+T2W_CALLS: dict[int, list[Any]] = {
+    11: [28, 28, Arm.S, 28, "last:3", "reset", 28, Arm.SRC, 28, 28],
+    12: [28, "last:3", "reset", 28, 28, Arm.SR, 28, 28, "last:10", "reset", 28],
+}
+
+
+def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
+    g = torch.Generator().manual_seed(seed + 1000)
+    out: list[tuple[Any, ...]] = []
+    for item in T2W_CALLS[seed]:
+        if isinstance(item, Arm):
+            out.append(("arm", item))
+        elif item == "reset":
+            out.append(("reset",))
+        else:
+            n = int(str(item).split(":")[-1])
+            tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32)
+            out.append(("push", tokens.to(device), isinstance(item, str)))
+    return out
+
+
+def _speech_stepper(speech: Any) -> Callable[[tuple[Any, ...]], Any]:
+    def step(payload: tuple[Any, ...]) -> Any:
+        if payload[0] == "arm":
+            speech.set_arm(payload[1])
+        elif payload[0] == "reset":
+            speech.reset()
+        else:
+            return speech.push(payload[1], payload[2]).cpu()
+        return None
+
+    return step
+
+
+def test_token2wav_sessions_equal_each_alone_in_eager() -> None:
+    token2wav_sessions_equal_alone(T2W_REQUEST, lanes=1)
+
+
+def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
+    """Each session interleaved with the others (on ``lanes``) equals itself alone in eager."""
+    device = torch.device(request.device)
+    source = family("synthetic").load_sessions(request, _quiet)
+    alone: dict[int, list[Any]] = {}
+    for seed in T2W_CALLS:  # each session alone, eager, no warm-up: its stream from the start
+        speech = source.speech(source.voice(seed), Arm.EAGER)
+        step = _speech_stepper(speech.speech)
+        with SessionRng(device, seed).active():
+            alone[seed] = [step(p) for p in _t2w_payloads(seed, request.device)]
+
+    mux = Multiplexer(device, Capacity(lanes=lanes))
+    sids = {}
+    streams: dict[int, Any] = {}
+    for seed in T2W_CALLS:
+
+        def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], None]:
+            speech, _ = source.open_speech(seed, Arm.SRC, rng.eager)
+            streams[seed] = speech.speech
+            return _speech_stepper(speech.speech), None
+
+        sid = mux.admit(
+            opener,
+            seed=seed,
+            period_s=source.period_s,
+            eager_periods=lambda payload, seed=seed: not streams[seed].arm.replay,
+        )
+        sids[sid] = seed
+    if lanes > 1:
+        mux.start()
+    for sid, seed in sids.items():  # interleaved: the second session half a period behind
+        for k, payload in enumerate(_t2w_payloads(seed, request.device)):
+            mux.submit(sid, payload, due=k + 0.5 * sid)
+    done = mux.drain()
+    if lanes == 1:
+        assert [d.session for d in done[:4]] == [0, 1, 0, 1]
+    for sid, seed in sids.items():
+        got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
+        assert len(got) == len(alone[seed])
+        for k, (a, b) in enumerate(zip(alone[seed], got, strict=True)):
+            assert (a is None) == (b is None), (seed, k)
+            assert a is None or torch.equal(a, b), f"session {seed} call {k} differs"
+    mux.shutdown()
+
+
+# -- Moshi --------------------------------------------------------------------------------------
+
+MOSHI_REQUEST = ModelRequest(device="cpu", model_size="small", arm=Arm.SRC, seed=3)
+MOSHI_FRAMES = 12
+MOSHI_EVENTS: dict[int, dict[int, Any]] = {  # frame -> a reset or an arm switch before it
+    21: {4: "reset", 6: Arm.S, 9: Arm.EAGER},
+    22: {3: Arm.SR, 7: "reset", 10: Arm.SRC},
+}
+
+
+def _moshi_stepper(model: Any) -> Callable[[tuple[Any, np.ndarray]], Any]:
+    def step(payload: tuple[Any, np.ndarray]) -> Any:
+        event, mic = payload
+        if event == "reset":
+            model.reset()
+        elif isinstance(event, Arm):
+            model.set_arm(event)
+        out = model.step(mic)
+        pcm = out.audio[0].cpu() if out.audio else None
+        return out.facts["tokens"], pcm
+
+    return step
+
+
+def _arm_of(payload: tuple[Any, np.ndarray], model: Any) -> Arm:
+    """The arm a period runs under: the one its input switches to, else the model's."""
+    return payload[0] if isinstance(payload[0], Arm) else model.arm
+
+
+def _moshi_payloads(seed: int, frames_n: int = MOSHI_FRAMES) -> list[tuple[Any, np.ndarray]]:
+    frames = noise(frames_n, seed=seed + 100)
+    events = MOSHI_EVENTS[seed]
+    return [(events.get(i), f.reshape(-1).numpy()) for i, f in enumerate(frames)]
+
+
+def test_moshi_sessions_equal_each_alone_in_eager() -> None:
+    moshi_sessions_equal_alone(MOSHI_REQUEST, lanes=2, frames=MOSHI_FRAMES)
+
+
+def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -> None:
+    """Each session on ``lanes`` beside the others equals itself alone in eager."""
+    device = torch.device(request.device)
+    source = family("moshi").load_sessions(request, _quiet)
+    alone: dict[int, list[Any]] = {}
+    for seed in MOSHI_EVENTS:
+        with SessionRng(device, seed).active():
+            loaded = source.open(seed, Arm.EAGER, only_own_arm=True)  # eager: nothing to warm
+            step = _moshi_stepper(loaded.model)
+            alone[seed] = [step(p) for p in _moshi_payloads(seed, frames)]
+        assert loaded.close is not None
+        loaded.close()
+
+    # Two lanes (threads): eager calls run under each session's generator and the lock; a
+    # period under an arm that does not replay holds them throughout.
+    mux = Multiplexer(device, Capacity(lanes=lanes))
+    sids = {}
+    models: dict[int, Any] = {}
+    for seed in MOSHI_EVENTS:
+
+        def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], Any]:
+            loaded = source.open(seed, Arm.SRC, rng.eager)
+            models[seed] = loaded.model
+            return _moshi_stepper(loaded.model), loaded.close
+
+        sid = mux.admit(
+            opener,
+            seed=seed,
+            period_s=source.period_s,
+            eager_periods=lambda payload, seed=seed: not _arm_of(payload, models[seed]).replay,
+        )
+        sids[sid] = seed
+    mux.start()
+    period = source.period_s
+    for sid, seed in sids.items():
+        for k, payload in enumerate(_moshi_payloads(seed, frames)):
+            mux.submit(sid, payload, due=period * (k + 0.5 * sid))
+    done = mux.drain()
+    for sid, seed in sids.items():
+        got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
+        for k, ((tok_a, pcm_a), (tok_b, pcm_b)) in enumerate(zip(alone[seed], got, strict=True)):
+            assert tok_a == tok_b, f"session {seed} frame {k}: tokens differ"
+            assert (pcm_a is None) == (pcm_b is None)
+            assert pcm_a is None or torch.equal(pcm_a, pcm_b), f"session {seed} frame {k}"
+    mux.shutdown()
