@@ -212,6 +212,8 @@ class Multiplexer:
     def __init__(self, device: torch.device | str, capacity: Capacity | None = None) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        if self.cuda and self.device.index is None:  # a lane's set_device needs the index
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.capacity = capacity or Capacity()
         self.lanes = self.capacity.lanes
         if self.lanes < 1:
@@ -228,6 +230,7 @@ class Multiplexer:
         self._done: list[Done] = []
         self._running = 0
         self._stop = False
+        self._lane_error: BaseException | None = None  # a lane that died outside a period
         self._workers: list[threading.Thread] = []
 
     # -- sessions ------------------------------------------------------------------------------
@@ -321,6 +324,10 @@ class Multiplexer:
             end = None if timeout is None else time.perf_counter() + timeout
             with self._cv:
                 while any(self._heaps) or self._running:
+                    if self._lane_error is not None:
+                        raise RuntimeError(
+                            f"a multiplexer lane stopped: {self._lane_error}"
+                        ) from self._lane_error
                     left = None if end is None else end - time.perf_counter()
                     if left is not None and left <= 0:
                         break
@@ -467,12 +474,19 @@ class Multiplexer:
             self._workers.append(worker)
 
     def _lane(self, lane: int) -> None:
-        if not self.cuda:
-            self._serve(lane)
-            return
-        torch.cuda.set_device(self.device)
-        with torch.cuda.stream(torch.cuda.Stream(device=self.device)):  # type: ignore[no-untyped-call]
-            self._serve(lane)
+        """A lane's thread; if it dies outside a period (a period's own error goes to its
+        ``Done``), ``drain`` raises instead of waiting for periods no lane will run."""
+        try:
+            if not self.cuda:
+                self._serve(lane)
+                return
+            torch.cuda.set_device(self.device)
+            with torch.cuda.stream(torch.cuda.Stream(device=self.device)):  # type: ignore[no-untyped-call]
+                self._serve(lane)
+        except BaseException as error:
+            with self._cv:
+                self._lane_error = error
+                self._cv.notify_all()
 
     def _serve(self, lane: int) -> None:
         heap = self._heaps[lane]

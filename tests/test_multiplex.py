@@ -68,6 +68,23 @@ def test_earliest_deadline_first_and_in_order() -> None:
     assert [d.index for d in done if d.session == fast] == [0, 1, 2, 3]
 
 
+def test_a_lane_that_dies_is_raised_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane thread that fails outside a period (on the H200 its set_device refused a device
+    without an index, and the bench waited for its periods until killed) makes ``drain`` raise
+    at once with the cause."""
+    mux = Multiplexer(CPU)
+
+    def broken(lane: int) -> None:
+        raise ValueError("no such device")
+
+    monkeypatch.setattr(mux, "_serve", broken)
+    sid = mux.admit(_echo, seed=0, period_s=1.0)
+    mux.start()
+    mux.submit(sid, "p0")
+    with pytest.raises(RuntimeError, match="lane stopped: no such device"):
+        mux.drain(timeout=30)
+
+
 def test_admission_refuses_in_one_line_and_close_frees() -> None:
     """Over the measured count: one line naming the fix; a closed session's state is gone at
     once and its place can be taken again."""
