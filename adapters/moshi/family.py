@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
+from adapters.moshi.vendor import VendorVersionError, require_verified
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +60,8 @@ class MoshiFamily:
     full_duplex: bool = True
 
     def check(self, request: ModelRequest) -> None:
-        """Folder and files only (torch-free)."""
+        """The ``moshi`` package's version, the folder and its files (torch-free)."""
+        require_moshi()
         if request.checkpoint is None:
             return
         try:
@@ -140,7 +142,7 @@ class MoshiFamily:
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
         )
-        _check_rings(stream, values)
+        check_rings(stream, values, self.declaration)
         progress("loading", 1.0)
         warmup = warm_up(stream, replay, seed=request.seed, report=progress)
         warmup["build_s"] = round(build_s, 3)
@@ -177,7 +179,15 @@ class MoshiFamily:
         )
 
 
-def _check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
+def require_moshi() -> None:
+    """The installed ``moshi`` is the one the families were verified on, or a FamilyError."""
+    try:
+        require_verified()
+    except VendorVersionError as error:
+        raise FamilyError(str(error), "family") from None
+
+
+def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
     """The state rule: every ring holds exactly what the declaration bounds."""
     declared = {
         "lm_kv": values["main_capacity"],
@@ -187,8 +197,9 @@ def _check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
     for region, capacities in stream.ring_capacities().items():
         if capacities != {declared[region]}:
             raise FamilyError(
-                f"the model's {region} rings hold {sorted(capacities)} entries, but moshi.yaml "
-                f"bounds them at {declared[region]}: declare the checkpoint's value",
+                f"the model's {region} rings hold {sorted(capacities)} entries, but "
+                f"{declaration}.yaml bounds them at {declared[region]}: declare the checkpoint's "
+                "value",
                 "checkpoint",
             )
 
