@@ -8,6 +8,8 @@
 #   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
 #   DUPLEXCADENCE_BENCH=all     both (the default)
 #   DUPLEXCADENCE_BENCH=moshi   only bench/moshi.py (about 5 minutes; the 7B needs ~17 GB)
+#   DUPLEXCADENCE_BENCH=personaplex   bench/personaplex.py, `converse --family personaplex`, then
+#                               tests/gpu/test_personaplex_gpu.py with the pytest args given
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for bench/token2wav.py (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
@@ -51,6 +53,19 @@ if [[ "$what" == all || "$what" == bench ]]; then
 fi
 if [[ "$what" == moshi ]]; then
     python3 bench/moshi.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/moshi.log" | grep -v '^capture'
+    ((PIPESTATUS[0] == 0)) || status=1
+fi
+if [[ "$what" == personaplex ]]; then
+    python3 bench/personaplex.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 \
+        | tee "$out/personaplex.log" | grep -v '^capture\|^rejection'
+    ((PIPESTATUS[0] == 0)) || status=1
+    # the app's own command end to end at the released shapes (random weights): 100 periods
+    python3 -m app.cli converse --headless --family personaplex --device cuda --model-size full \
+        --input assets/talk/question.flac --output "$out/personaplex_converse.wav" \
+        --trace "$out/personaplex_converse.json" --seconds 100 --quiet --force \
+        > "$out/personaplex_converse_summary.json" 2> "$out/personaplex_converse.log" || status=1
+    python3 -m pytest -m gpu -p no:cacheprovider -q tests/gpu/test_personaplex_gpu.py \
+        --junitxml="$out/gpu_tests.xml" "$@" 2>&1 | tee "$out/gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"
