@@ -120,8 +120,6 @@ class PersonaPlexPrompt:
         for name, args in self._steps(stream):
             self._call(stream, "prompt_open" if steps == 0 else name, args)
             steps += 1
-        if self.voice is not None and self.voice.cache is not None:
-            ops.load_cache(self.voice.cache)
         ops.mimi.reset_streaming()  # the voice's frames went through the encoder
         return steps
 
@@ -136,6 +134,8 @@ class PersonaPlexPrompt:
             yield "prompt", (user, agent, pad)  # PersonaPlex opens with its dummy tokens
             for embedding in voice.embeddings.to(device=stream.device, dtype=ops.lm.dtype):
                 yield "prompt_embedding", (embedding, user, agent, pad)
+            assert voice.cache is not None
+            ops.load_cache(voice.cache)  # the delay cache the stored steps left, as stored
         elif voice is not None and voice.pcm is not None:
             frames = voice.pcm.to(stream.device).reshape(-1, 1, 1, stream.spf)  # frame strides
             for frame in frames:
