@@ -17,9 +17,17 @@ def test_the_installed_moshi_is_the_verified_one() -> None:
 
 
 @pytest.mark.parametrize("installed", ["0.2.12", "0.2.14", None])
-def test_another_moshi_is_refused_in_one_line_naming_it_and_the_fix(installed: str | None) -> None:
+def test_another_moshi_is_refused_in_one_line_naming_it_and_the_fix(
+    installed: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def version(name: str) -> str:
+        if installed is None:
+            raise vendor.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(vendor.metadata, "version", version)
     with pytest.raises(VendorVersionError) as caught:
-        require_verified(installed)
+        require_verified()
     message = str(caught.value)
     assert "\n" not in message
     assert (f"moshi {installed} is installed" if installed else "not installed") in message
