@@ -30,6 +30,9 @@ from adapters.moshi.config import (
 )
 
 __all__ = [
+    "DEFAULT_ROLE",
+    "DEFAULT_VOICE",
+    "ROLES",
     "VOICES_FOLDER",
     "VOICES_TGZ",
     "PersonaPlexFiles",
@@ -42,6 +45,25 @@ __all__ = [
 VOICES_TGZ = "voices.tgz"
 VOICES_FOLDER = "voices"
 VOICE_SUFFIX = ".pt"
+DEFAULT_VOICE = "NATF2"
+# Role presets: the prompts PersonaPlex's README gives (its assistant, casual, service roles).
+ROLES = {
+    "assistant": (
+        "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "
+        "engaging way."
+    ),
+    "casual": "You enjoy having a good conversation.",
+    "service": (
+        "You work for CitySan Services which is a waste management and your name is Ayelen "
+        "Lucero. Information: Verify customer name Omar Torres. Current schedule: every other "
+        "week. Upcoming pickup: April 12th. Compost bin service available for $8/month add-on."
+    ),
+    "astronaut": (
+        "You enjoy having a good conversation. Have a technical discussion about fixing a reactor "
+        "core on a spaceship to Mars. You are an astronaut on a Mars mission. Your name is Alex."
+    ),
+}
+DEFAULT_ROLE = "assistant"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.moshi.config import CheckpointError, DamagedFile
 from adapters.moshi.family import require_moshi
+from adapters.personaplex.config import ROLES
 
 if TYPE_CHECKING:
     from adapters.personaplex.config import PersonaPlexFiles
@@ -40,6 +41,7 @@ class PersonaPlexFamily:
         {"device", "model_size", "checkpoint", "arm", "seed", "voice", "role"}
     )
     full_duplex: bool = True
+    roles: tuple[str, ...] = tuple(ROLES)  # the role presets, by name (any text is a role too)
 
     def check(self, request: ModelRequest) -> None:
         """The ``moshi`` version, the folder, its files and the voice's name (torch-free)."""

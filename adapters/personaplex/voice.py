@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from adapters.face import FamilyError
-from adapters.personaplex.config import PersonaPlexFiles, read_voice_member
+from adapters.personaplex.config import (
+    DEFAULT_ROLE,
+    DEFAULT_VOICE,
+    ROLES,
+    PersonaPlexFiles,
+    read_voice_member,
+)
 from adapters.personaplex.prompt import Role, Voice
 
 __all__ = [
@@ -36,28 +42,9 @@ __all__ = [
     "resolve_voice",
 ]
 
-DEFAULT_VOICE = "NATF2"
 SEEDED_VOICE_FRAMES = 25  # 2 s of noise: seeded random weights' voice
 MAX_VOICE_S = 30.0  # a longer recording is refused: the prompt phase would keep the user waiting
 TARGET_LUFS = -24.0  # PersonaPlex brings a recorded voice to this loudness
-# Role presets: the prompts PersonaPlex's README gives (its assistant, casual, service roles).
-ROLES = {
-    "assistant": (
-        "You are a wise and friendly teacher. Answer questions or provide advice in a clear and "
-        "engaging way."
-    ),
-    "casual": "You enjoy having a good conversation.",
-    "service": (
-        "You work for CitySan Services which is a waste management and your name is Ayelen "
-        "Lucero. Information: Verify customer name Omar Torres. Current schedule: every other "
-        "week. Upcoming pickup: April 12th. Compost bin service available for $8/month add-on."
-    ),
-    "astronaut": (
-        "You enjoy having a good conversation. Have a technical discussion about fixing a reactor "
-        "core on a spaceship to Mars. You are an astronaut on a Mars mission. Your name is Alex."
-    ),
-}
-DEFAULT_ROLE = "assistant"
 SYSTEM_TAG = "<system>"
 
 
