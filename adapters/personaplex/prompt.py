@@ -149,12 +149,17 @@ class PersonaPlexPrompt:
             yield "prompt", (sine, silence, pad)
 
     def _call(self, stream: MoshiStream, name: str, args: tuple[Tensor, ...]) -> None:
-        arm = stream.arm
+        """Under the state rule the step's inputs go into its regions; under the stock arms
+        they are fresh tensors laid out as the catalog's (a view of a stored voice or a role
+        would carry other strides)."""
+        arm, regions = stream.arm, self._regions[name]
         if arm.state_rule:
-            for region, value in zip(self._regions[name], args, strict=True):
+            for region, value in zip(regions, args, strict=True):
                 region.copy_(value)
             name = f"{name}_regions"
             args = ()
+        else:
+            args = tuple(torch.empty_like(r).copy_(a) for r, a in zip(regions, args, strict=True))
         (self._ops[name] if arm.replay else self._eager[name])(*args)
 
 
