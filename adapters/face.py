@@ -72,6 +72,9 @@ class ModelRequest:
     checkpoint: Path | None = None  # a checkpoint folder; None = seeded random weights
     voice: Path | None = None  # a voice prompt recording, where the family takes one
     voice_frames: int = 302  # a seeded random voice's prompt length, where it applies
+    # A voice by name (a checkpoint folder's, e.g. PersonaPlex's NATF2) is carried in ``voice``
+    # as a relative path that is not a file; the family resolves it.
+    role: str | None = None  # a role prompt: a preset's name or free text, where it applies
     arm: Arm = Arm.SRC
     audit: bool = False
     seed: int = 0

@@ -17,6 +17,7 @@ _FAMILIES = {  # key -> "module:attribute" of its face
     "synthetic": "adapters.token2wav.family:SYNTHETIC",
     "lycheefd": "adapters.token2wav.family:LYCHEEFD",
     "moshi": "adapters.moshi.family:MOSHI",
+    "personaplex": "adapters.personaplex.family:PERSONAPLEX",
     "minicpmo45": "adapters.minicpmo45.family:MINICPMO45",
     "basic": "adapters.basic.family:BASIC",
 }

@@ -239,6 +239,16 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="the family's model folder")
     parser.add_argument(
+        "--voice", metavar="NAME|FILE",
+        help="personaplex: a voice of --checkpoint by name (NATF0-3, NATM0-3, VARF0-4, VARM0-4; "
+        "default NATF2), a stored voice (.pt) or a recording (0.5-30 s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--role", metavar="TEXT",
+        help="personaplex: the role, a preset's name (assistant, the default; README lists the "
+        "others) or free text",
+    )  # fmt: skip
+    parser.add_argument(
         "--trust-checkpoint-code", action="store_true",
         help="run the model code shipped in --checkpoint (minicpmo45): only for a folder you trust",
     )  # fmt: skip

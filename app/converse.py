@@ -469,6 +469,10 @@ def request_from_args(args: argparse.Namespace) -> ConverseRequest:
         changes["checkpoint"] = args.checkpoint
     if args.trust_checkpoint_code:
         changes["trust_checkpoint_code"] = True
+    if args.voice is not None:
+        changes["voice"] = Path(args.voice).expanduser()
+    if args.role is not None:
+        changes["role"] = args.role
     settings = Settings(**{**base.__dict__, **changes})
     Settings.from_dict(settings.to_dict())  # validate the flags like a settings file
     if args.family is None:  # the default, not a choice: it may fall back (one line says why)

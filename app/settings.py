@@ -57,7 +57,10 @@ class Settings:
     family: str = DEFAULT_FAMILY  # a key of adapters.registry
     model_size: str = "auto"  # full | small | auto (full on CUDA, small on CPU)
     checkpoint: Path | None = None  # the family's checkpoint folder; None = seeded random weights
-    voice: Path | None = None  # voice prompt WAV (needs a checkpoint); None = seeded random voice
+    # A voice prompt: a recording (token2wav: a WAV, needs a checkpoint), or for PersonaPlex
+    # also a checkpoint voice's name (NATF2); None = the family's default voice.
+    voice: Path | None = None
+    role: str | None = None  # PersonaPlex's role: a preset's name or free text; None = default
     voice_frames: int = 302
     trust_checkpoint_code: bool = False  # the user agreed to run the checkpoint folder's code
     device: str = "auto"  # auto | cuda | cpu
@@ -111,6 +114,7 @@ class Settings:
             "checkpoint": self.checkpoint,
             "voice": self.voice,
             "voice_frames": self.voice_frames,
+            "role": self.role,
             "arm": self.arm,
             "audit": self.audit,
             "seed": self.seed,
@@ -130,7 +134,7 @@ class Settings:
 
 
 _PATHS = ("checkpoint", "voice")
-_OPTIONAL_TEXT = ("input_device", "output_device", "host_api")
+_OPTIONAL_TEXT = ("input_device", "output_device", "host_api", "role")
 _BOOLS = ("audit", "echo_cancel", "push_to_talk", "trust_checkpoint_code")
 _INTS = ("voice_frames", "seed")
 MAX_SEED = 1 << 62  # torch and numpy take it (a seed plus a small offset stays under 2^63)

@@ -43,7 +43,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from adapters.moshi.checkpoint import MoshiModels, build_models
-from adapters.moshi.config import size_for
+from adapters.moshi.config import MoshiSize, size_for
 from adapters.moshi.family import warm_up
 from adapters.moshi.frame import vendor_graphs_off
 from adapters.moshi.stream import MoshiStream
@@ -117,18 +117,28 @@ def exact_frames(outs: list[Frame | None], reference: list[Frame | None]) -> int
     return sum(same(a, b) for a, b in zip(outs, reference, strict=True))
 
 
-def our_arms(
-    models: MoshiModels, sdpa: str, frames: list[torch.Tensor], args: argparse.Namespace
-) -> tuple[dict[str, Any], list[Frame | None]]:
-    """Every arm of our stream (warmed and sealed as the app loads it), eager first."""
+def moshi_stream(models: MoshiModels, sdpa: str, replay: ReplayEngine, spf: int) -> MoshiStream:
     from moshi.models.lm import LMGen
 
+    return MoshiStream(
+        models.mimi, LMGen(models.lm), replay=replay, arm=Arm.EAGER, samples_per_frame=spf,
+        sdpa=sdpa,
+    )  # fmt: skip
+
+
+def our_arms(
+    models: MoshiModels,
+    sdpa: str,
+    frames: list[torch.Tensor],
+    args: argparse.Namespace,
+    make: Callable[[MoshiModels, str, ReplayEngine, int], MoshiStream] = moshi_stream,
+) -> tuple[dict[str, Any], list[Frame | None]]:
+    """Every arm of our stream (warmed and sealed as the app loads it), eager first. Each arm
+    starts with a reset (``reset_ms``: a prompt phase, where the stream has one) and its first
+    frame (``first_answer_ms``: the reset and that frame, synchronized)."""
     device = frames[0].device
     replay = ReplayEngine(device)
-    stream = MoshiStream(
-        models.mimi, LMGen(models.lm), replay=replay, arm=Arm.EAGER,
-        samples_per_frame=frames[0].shape[-1], sdpa=sdpa,
-    )  # fmt: skip
+    stream = make(models, sdpa, replay, frames[0].shape[-1])
     free_before = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
     warmup = warm_up(stream, replay, seed=args.seed, report=lambda stage, fraction: None)
     graph_mib = (
@@ -144,10 +154,14 @@ def our_arms(
     arms = [Arm.parse(a) for a in args.arms]
     for arm in [Arm.EAGER, *[a for a in arms if a is not Arm.EAGER]]:
         stream.set_arm(arm)
-        stream.reset()
         replay.reset_counters()
         torch.manual_seed(args.seed)
         with peak(device) as memory:
+            sync(device)
+            t0 = time.perf_counter()
+            stream.reset()
+            sync(device)
+            reset_ms = (time.perf_counter() - t0) * 1e3
             outs, ms = timed_frames(step, frames, device)
         if arm is Arm.EAGER:
             reference = outs
@@ -156,6 +170,8 @@ def our_arms(
             **percentiles(ms[1:]),  # frame 0 after a reset has no speech to decode
             "frames": len(frames),
             "exact_frames": exact_frames(outs, reference),
+            "reset_ms": round(reset_ms, 2),
+            "first_answer_ms": round(reset_ms + ms[0], 2),
             "replay_hits": totals.get("hits", 0),
             "replay_misses": totals.get("misses", {}),
             **memory,
@@ -313,12 +329,55 @@ def _graphs(on: bool, device: torch.device) -> Iterator[None]:
         yield
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path, help="folder for moshi_h200.json (or moshi_tiny.json)")
+def kernel_result(
+    sdpa: str, arms: dict[str, Any], peers: dict[str, Any], budget_ms: float
+) -> dict[str, Any]:
+    """One kernel set's results: every arm and peer beside the 80-ms budget and the floor."""
+    floor_ms = arms.pop("floor_ms")
+    for entry in [*arms.values(), *peers.values()]:
+        if isinstance(entry, dict) and "p50_ms" in entry:
+            entry["margin_ms"] = round(budget_ms - entry["p99_ms"], 2)
+            if floor_ms:
+                entry["p50_vs_floor"] = round(entry["p50_ms"] / floor_ms, 3)
+    print(f"{sdpa:9} peers {peers}", file=sys.stderr)
+    warm = {k: arms.pop(k) for k in ("warmup", "warmup_graph_mib", "timeline")}
+    return {"sdpa": sdpa, "floor_ms": floor_ms, "arms": arms, "peers": peers, **warm}
+
+
+def report_head(
+    command: str,
+    model: str,
+    models: MoshiModels,
+    build: tuple[float, float],
+    budget_ms: float,
+    frames: int,
+) -> dict[str, Any]:
+    """A report's environment and model lines; ``build``: its seconds and the MiB it took."""
+    build_s, weights_mib = build
+    return {
+        **environment(command),
+        "model": f"{model}, seeded random weights",
+        "dtype": str(next(models.lm.parameters()).dtype).removeprefix("torch."),
+        "build_s": round(build_s, 1),
+        "weights_mib": round(weights_mib, 1),
+        "budget_ms": budget_ms,
+        "frames": frames,
+    }
+
+
+def write_report(file: Path, report: dict[str, Any]) -> None:
+    """Write ``report`` (after each kernel set: a run cut short keeps what it measured)."""
+    report["memory_note"] = "one process: every replay arm's graphs are live while each arm runs"
+    file.write_text(json.dumps(report, indent=2) + "\n")
+    print(file)
+
+
+def bench_parser(doc: str | None, stem: str) -> argparse.ArgumentParser:
+    """The arguments every Moshi-path benchmark takes."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("out", type=Path, help=f"folder for {stem}_h200.json (or {stem}_tiny)")
     parser.add_argument("--tiny", action="store_true", help="the small config on the CPU")
     parser.add_argument("--frames", type=int, default=200, help="frames per arm (default 200)")
-    parser.add_argument("--vendor-eager-frames", type=int, default=50)
     parser.add_argument("--arms", nargs="+", default=[str(a) for a in ARMS])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -326,16 +385,35 @@ def main() -> None:
         help="temporal-step attention kernels to run: pinned (the declaration's), default "
         "(torch's choice), efficient, math (default: pinned default)",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser
+
+
+def start(args: argparse.Namespace, name: str) -> tuple[torch.device, Any, MoshiSize, float]:
+    """The device, declaration ``name``, size and frame budget (ms) the arguments ask for."""
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python3 bench/moshi.py " + " ".join(sys.argv[1:])
     device = torch.device("cpu" if args.tiny else "cuda")
     if args.tiny:
         torch.set_num_threads(1)
-    declaration = load_declaration("moshi")
+    declaration = load_declaration(name)
     size = size_for("small" if args.tiny else "full", declaration)
+    budget_ms = size.point["samples_per_frame"] / declaration.clock_rate("sample", size.point)
+    return device, declaration, size, budget_ms * 1e3
+
+
+def kernel_sets(names: list[str], declaration: Any, device: torch.device) -> dict[str, str]:
+    """The temporal step's attention kernel of each named set (``pinned``: the declaration's
+    on CUDA, math on the CPU; ``default``: torch's choice)."""
+    pinned = declaration.operators["lm_step"].kernels.get("sdpa", "default")
+    named = {"pinned": pinned if device.type == "cuda" else "math", "default": "default"}
+    return {name: named.get(name, name) for name in names}
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, "moshi")
+    parser.add_argument("--vendor-eager-frames", type=int, default=50)
+    args = parser.parse_args()
+    device, declaration, size, budget_ms = start(args, "moshi")
     spf = size.point["samples_per_frame"]
-    budget_ms = spf / declaration.clock_rate("sample", size.point) * 1e3
     t0 = time.perf_counter()
     models = build_models(size, None, device, args.seed)
     sync(device)
@@ -343,21 +421,12 @@ def main() -> None:
     weights_mib = torch.cuda.memory_allocated(device) / MIB if device.type == "cuda" else 0.0
     print(f"built {size.name} in {build_s:.1f} s ({weights_mib:.0f} MiB)", file=sys.stderr)
     frames = noise(args.frames, spf, device)
-    pinned = declaration.operators["lm_step"].kernels.get("sdpa", "default")
-    named = {"pinned": pinned if device.type == "cuda" else "math", "default": "default"}
-    kernels = {name: named.get(name, name) for name in args.kernels}
     results: dict[str, Any] = {}
-    for name, sdpa in kernels.items():
+    for name, sdpa in kernel_sets(args.kernels, declaration, device).items():
         arms, reference = our_arms(models, sdpa, frames, args)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        floor_ms = arms.pop("floor_ms")
-        for entry in arms.values():
-            if isinstance(entry, dict) and "p50_ms" in entry:
-                entry["margin_ms"] = round(budget_ms - entry["p99_ms"], 2)
-                if floor_ms:
-                    entry["p50_vs_floor"] = round(entry["p50_ms"] / floor_ms, 3)
         peers = {
             "vendor_eager": vendor(
                 models, sdpa, frames[: args.vendor_eager_frames], reference,
@@ -367,28 +436,20 @@ def main() -> None:
                 models, sdpa, frames, reference, graphs=True, seed=args.seed
             ),
         }  # fmt: skip
-        for entry in peers.values():
-            entry["margin_ms"] = round(budget_ms - entry["p99_ms"], 2)
-            if floor_ms:
-                entry["p50_vs_floor"] = round(entry["p50_ms"] / floor_ms, 3)
-        print(f"{sdpa:9} peers {peers}", file=sys.stderr)
-        warm = {k: arms.pop(k) for k in ("warmup", "warmup_graph_mib", "timeline")}
-        results[name] = {"sdpa": sdpa, "floor_ms": floor_ms, "arms": arms, "peers": peers, **warm}
+        results[name] = kernel_result(sdpa, arms, peers, budget_ms)
         report = {
-            **environment(command),
-            "model": f"moshi {size.name}, seeded random weights",
-            "dtype": str(next(models.lm.parameters()).dtype).removeprefix("torch."),
-            "build_s": round(build_s, 1),
-            "weights_mib": round(weights_mib, 1),
-            "budget_ms": budget_ms,
-            "frames": args.frames,
+            **report_head(
+                "python3 bench/moshi.py " + " ".join(sys.argv[1:]),
+                f"moshi {size.name}",
+                models,
+                (build_s, weights_mib),
+                budget_ms,
+                args.frames,
+            ),
             "operating_point": size.point,
             "kernels": results,
-            "memory_note": "one process: every replay arm's graphs are live while each arm runs",
         }
-        file = args.out / ("moshi_tiny.json" if args.tiny else "moshi_h200.json")
-        file.write_text(json.dumps(report, indent=2) + "\n")
-        print(file)  # after each kernel set: a run cut short keeps what it measured
+        write_report(args.out / ("moshi_tiny.json" if args.tiny else "moshi_h200.json"), report)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@
 #                               (bench/kit.sh)
 #   DUPLEXCADENCE_BENCH=capacity  bench/capacity.py for Token2Wav and Moshi, then the
 #                               multiplexer's gpu tests (at most 9 minutes: each part is timed out)
+#   DUPLEXCADENCE_BENCH=personaplex   bench/personaplex.py, `converse --family personaplex`, then
+#                               tests/gpu/test_personaplex_gpu.py with the pytest args given
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for the benchmark (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
@@ -102,6 +104,19 @@ if [[ "$what" == capacity ]]; then
     DUPLEXCADENCE_MULTIPLEX_FRAMES=30 timeout 150 python3 -m pytest -m gpu -p no:cacheprovider -q \
         tests/gpu/test_multiplex_gpu.py --junitxml="$out/multiplex_gpu_tests.xml" 2>&1 \
         | grep -v '^rejection' | tee "$out/multiplex_gpu_tests.log" | tail -15
+    ((PIPESTATUS[0] == 0)) || status=1
+fi
+if [[ "$what" == personaplex ]]; then
+    python3 bench/personaplex.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 \
+        | tee "$out/personaplex.log" | grep -v '^capture\|^rejection'
+    ((PIPESTATUS[0] == 0)) || status=1
+    # the app's own command end to end at the released shapes (random weights): 100 periods
+    python3 -m app.cli converse --headless --family personaplex --device cuda --model-size full \
+        --input assets/talk/question.flac --output "$out/personaplex_converse.wav" \
+        --trace "$out/personaplex_converse.json" --seconds 100 --quiet --force \
+        > "$out/personaplex_converse_summary.json" 2> "$out/personaplex_converse.log" || status=1
+    python3 -m pytest -m gpu -p no:cacheprovider -q tests/gpu/test_personaplex_gpu.py \
+        --junitxml="$out/gpu_tests.xml" "$@" 2>&1 | tee "$out/gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"

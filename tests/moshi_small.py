@@ -129,6 +129,46 @@ def first_difference(a: Sequence[FrameOut], b: Sequence[FrameOut]) -> str | None
     return None
 
 
+def every_arm_exact(
+    stream: MoshiStream, frames: Sequence[Tensor], seed: int, replays: list[int] | None = None
+) -> dict[str, bool]:
+    """Every arm over ``frames`` equals eager bit for bit across two resets (at the start and
+    half way) and live switches (a third and two thirds in); a replay arm replays at least half
+    of its frames (``replays[0]``: graph launches counted, CUDA; None on the CPU, where replay
+    is simulated). Asserts; the per-arm verdicts."""
+    n = len(frames)
+    reset_at = (0, n // 2)
+    stream.set_arm(Arm.EAGER)
+    eager = run(stream, frames, seed=seed, reset_at=reset_at)
+    exact: dict[str, bool] = {}
+    for arm in (Arm.S, Arm.R, Arm.RC, Arm.SR, Arm.SRC):
+        other = Arm.SRC if arm is not Arm.SRC else Arm.R
+        before = replays[0] if replays else 0
+        switch = {0: arm, n // 3: other, 2 * n // 3: arm}
+        ours = run(stream, frames, seed=seed, reset_at=reset_at, switch=switch)
+        difference = first_difference(eager, ours)
+        exact[str(arm)] = difference is None
+        assert difference is None, f"{arm}: {difference}"
+        if arm.replay and replays is not None:
+            assert replays[0] - before >= n // 2, f"{arm}: {replays[0] - before} replays"
+    return exact
+
+
+def digests_across_processes(module: str, frames: int, processes: int = 3) -> set[str]:
+    """The distinct digests of ``processes`` runs of ``python -m module`` (CUDA, full size,
+    ``frames`` frames of SRc, seed 0), each in its own process, at once."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", module, "--device", "cuda", "--size", "full"]
+    cmd += ["--frames", str(frames), "--seed", "0", "--arm", "SRc"]
+    runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    results = [json.loads(p.communicate(timeout=900)[0]) for p in runs]
+    assert all(p.returncode == 0 for p in runs)
+    return {r["digest"] for r in results}
+
+
 def digest(outs: Sequence[FrameOut]) -> str:
     """A hash of a run's token stream and speech, bit for bit."""
     import hashlib

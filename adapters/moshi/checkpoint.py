@@ -13,6 +13,7 @@ vocabulary, and, before anything is allocated, a GPU without the memory the mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,30 +63,46 @@ def _dtype(device: torch.device) -> torch.dtype:
 
 
 def build_models(
-    size: MoshiSize, files: FolderFiles | None, device: torch.device, seed: int
+    size: MoshiSize,
+    files: FolderFiles | None,
+    device: torch.device,
+    seed: int,
+    *,
+    lm_kwargs: dict[str, Any] | None = None,
+    load_lm: Callable[..., Any] | None = None,
 ) -> MoshiModels:
-    """The folder's models (``files``) or seeded random ones at ``size``."""
+    """The folder's models (``files``) or seeded random ones at ``size``.
+
+    ``lm_kwargs``: the LM's arguments (default: the size's over the vendor's 7B or the folder's
+    config.json); ``load_lm(path, lm_kwargs, device=, dtype=)``: how the folder's LM loads
+    (default: the vendor's ``get_moshi_lm``)."""
     from moshi.models import loaders
 
     dtype = _dtype(device)
-    lm_kwargs = size.lm_kwargs(loaders._lm_kwargs, files.lm_kwargs if files else None)
+    if lm_kwargs is None:
+        lm_kwargs = size.lm_kwargs(loaders._lm_kwargs, files.lm_kwargs if files else None)
     mimi_config = size.mimi_config(loaders._mimi_config, files.mimi_config if files else None)
-    dep_q = size.point["dep_q"]
+    audio_q = size.point["audio_q"]
     if files is not None:  # a config that does not fit its weights is told before the memory
         _check_fits(files.moshi, lm_kwargs, dtype)
     check_memory(device, memory_needed(size, lm_kwargs, dtype))
     if files is None:
         lm = loaders.get_moshi_lm(None, lm_kwargs, device=device, dtype=dtype)
         randomize_(lm, seed, on_device=device.type == "cuda")
-        mimi = loaders.get_mimi(None, mimi_config, device=device, num_codebooks=dep_q)
+        mimi = loaders.get_mimi(None, mimi_config, device=device, num_codebooks=audio_q)
         _randomize_codec_(mimi, seed + 1)
         silent = (lm.text_padding_token_id, lm.end_of_text_padding_id)
         return MoshiModels(mimi, lm, Vocabulary(silent), {}, synthetic=True)
     lm = _load(
-        files.moshi, loaders.get_moshi_lm, files.moshi, lm_kwargs, device=device, dtype=dtype
+        files.moshi,
+        load_lm or loaders.get_moshi_lm,
+        files.moshi,
+        lm_kwargs,
+        device=device,
+        dtype=dtype,
     )
     mimi = _load(
-        files.mimi, loaders.get_mimi, files.mimi, mimi_config, device=device, num_codebooks=dep_q
+        files.mimi, loaders.get_mimi, files.mimi, mimi_config, device=device, num_codebooks=audio_q
     )
     tokenizer = _tokenizer(files.tokenizer, lm.text_card)
     silent = (lm.text_padding_token_id, lm.end_of_text_padding_id)

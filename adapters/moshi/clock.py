@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from adapters.moshi.vendor import replace_class
+
 __all__ = ["share_clocks"]
 
 
@@ -80,19 +82,6 @@ def share_clocks(*models: Any) -> int:
 
 # -- the attention ------------------------------------------------------------------------------
 
-_ATTENTIONS: dict[type, type] = {}
-
-
-def _vendor_class(obj: Any) -> type:
-    """The vendor's class of ``obj``, beneath the one this module gave it (installing twice
-    wraps the vendor's class again, not ours)."""
-    return getattr(type(obj), "vendor_class", type(obj))
-
-
-def _clocked(cls: type, **methods: Any) -> dict[str, Any]:
-    """The namespace of a clocked subclass of the vendor's ``cls``."""
-    return {"vendor_class": cls, **methods}
-
 
 def _install(attention: Any, leader: Any, clock: _Clock, *, closes: bool) -> None:
     """Make ``attention`` (and its ring) lead ``clock``, or follow ``leader`` on it; the layer
@@ -103,13 +92,10 @@ def _install(attention: Any, leader: Any, clock: _Clock, *, closes: bool) -> Non
         _follow(state.kv_cache, lead.kv_cache, clock)
     else:
         _lead(attention._streaming_state.kv_cache, clock)
-    cls = _vendor_class(attention)
-    if cls not in _ATTENTIONS:
-        _ATTENTIONS[cls] = type(f"Clocked{cls.__name__}", (cls,), _clocked(cls, forward=_forward))
     attention.clock, attention.leads, attention.closes = clock, attention is leader, closes
     # weakly: leaving streaming() frees the state and its rings, as the vendor's does
     attention.clocked_state = weakref.ref(attention._streaming_state)
-    attention.__class__ = _ATTENTIONS[cls]
+    replace_class(attention, "Clocked", forward=_forward)
 
 
 def _check_alike(attention: Any, leader: Any) -> None:
@@ -175,50 +161,41 @@ def _mask(attention: Any, offset: Tensor, pos_k: Tensor, T: int) -> Tensor | Non
 
 # -- the rings ----------------------------------------------------------------------------------
 
-_LEADERS: dict[type, type] = {}
-_FOLLOWERS: dict[type, type] = {}
-
 
 def _lead(ring: Any, clock: _Clock) -> None:
     """The vendor's ``complete``, noting the step's write slots and positions on ``clock``."""
-    cls: Any = _vendor_class(ring)
-    if cls not in _LEADERS:
-
-        def complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
-            end = self.end_offset
-            steps = torch.arange(k.shape[2], device=end.device, dtype=end.dtype)
-            self.clock.slots = (steps + end.view(-1, 1)) % self.capacity
-            result = cls.complete(self, k, v, exec_mask)
-            self.clock.positions = result.positions
-            return result
-
-        _LEADERS[cls] = type(f"Leading{cls.__name__}", (cls,), _clocked(cls, complete=complete))
     ring.clock = clock
-    ring.__class__ = _LEADERS[cls]
+    replace_class(ring, "Leading", complete=_lead_complete)
+
+
+def _lead_complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
+    end = self.end_offset
+    steps = torch.arange(k.shape[2], device=end.device, dtype=end.dtype)
+    self.clock.slots = (steps + end.view(-1, 1)) % self.capacity
+    result = self.vendor_class.complete(self, k, v, exec_mask)
+    self.clock.positions = result.positions
+    return result
 
 
 def _follow(ring: Any, leader: Any, clock: _Clock) -> None:
     """Write keys and values at the leader's slots (as the vendor's ``complete`` writes them),
     return its positions; the leader's ``end_offset`` becomes this ring's too, so resetting any
     ring resets the one clock."""
-    from moshi.modules.transformer import KVCacheResult
-
-    cls: Any = _vendor_class(ring)
-    if cls not in _FOLLOWERS:
-
-        def complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
-            B, H, T, D = k.shape
-            slots = self.clock.slots
-            if self.respect_exec_mask:
-                at = slots.view(B, 1, T, 1).expand(-1, H, T, D)
-                self.cache[0].scatter_(2, at, k)
-                self.cache[1].scatter_(2, at, v)
-            else:
-                self.cache[0].index_copy_(2, slots[0], k)
-                self.cache[1].index_copy_(2, slots[0], v)
-            return KVCacheResult(self.cache[0], self.cache[1], self.clock.positions)
-
-        _FOLLOWERS[cls] = type(f"Following{cls.__name__}", (cls,), _clocked(cls, complete=complete))
     ring.end_offset = leader.end_offset
     ring.clock = clock
-    ring.__class__ = _FOLLOWERS[cls]
+    replace_class(ring, "Following", complete=_follow_complete)
+
+
+def _follow_complete(self: Any, k: Tensor, v: Tensor, exec_mask: Tensor) -> Any:
+    from moshi.modules.transformer import KVCacheResult
+
+    B, H, T, D = k.shape
+    slots = self.clock.slots
+    if self.respect_exec_mask:
+        at = slots.view(B, 1, T, 1).expand(-1, H, T, D)
+        self.cache[0].scatter_(2, at, k)
+        self.cache[1].scatter_(2, at, v)
+    else:
+        self.cache[0].index_copy_(2, slots[0], k)
+        self.cache[1].index_copy_(2, slots[0], v)
+    return KVCacheResult(self.cache[0], self.cache[1], self.clock.positions)

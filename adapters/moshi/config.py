@@ -135,7 +135,7 @@ def check_folder(folder: Path) -> FolderFiles:
                 f"{files[key]} is not a safetensors file; only safetensors weights are loaded"
             )
     for path in files.values():
-        damage = _damaged(path)
+        damage = damaged(path)
         if damage:
             raise DamagedFile(f"Moshi file {path} {damage}")
     return FolderFiles(
@@ -149,7 +149,7 @@ def check_folder(folder: Path) -> FolderFiles:
     )
 
 
-def _damaged(path: Path) -> str | None:
+def damaged(path: Path) -> str | None:
     """What is wrong with a checkpoint file, read from its size and (weights) header, or None."""
     if path.suffix in WEIGHT_SUFFIXES:
         try:
@@ -272,7 +272,7 @@ class MoshiSize:
             config["seanet"] |= {"dimension": width, "n_filters": SMALL_MIMI["seanet_filters"]}
             config["quantizer"] |= {
                 "dimension": SMALL_MIMI["quantizer_dimension"],
-                "n_q": p["dep_q"],
+                "n_q": p["audio_q"],
                 "input_dimension": width,
                 "output_dimension": width,
             }

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
 from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
 from adapters.moshi.periods import AUDIBLE_PEAK, VOICE_RMS, MoshiPeriods, warm_up
+from adapters.moshi.vendor import VendorVersionError, require_verified
 
 if TYPE_CHECKING:
     from adapters.moshi.sessions import MoshiSessions
@@ -50,7 +51,8 @@ class MoshiFamily:
     full_duplex: bool = True
 
     def check(self, request: ModelRequest) -> None:
-        """Folder and files only (torch-free)."""
+        """The ``moshi`` package's version, the folder and its files (torch-free)."""
+        require_moshi()
         if request.checkpoint is None:
             return
         try:
@@ -130,6 +132,14 @@ class MoshiFamily:
             title=f"Moshi ({size.name}, {weights})",
             build_s=time.perf_counter() - t0,
         )
+
+
+def require_moshi() -> None:
+    """The installed ``moshi`` is the one the families were verified on, or a FamilyError."""
+    try:
+        require_verified()
+    except VendorVersionError as error:
+        raise FamilyError(str(error), "family") from None
 
 
 MOSHI = MoshiFamily()

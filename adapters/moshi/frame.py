@@ -101,6 +101,7 @@ class FrameOps:
         self.mimi, self.lm_gen, self.sdpa = mimi, lm_gen, sdpa
         self.lm = lm_gen.lm_model
         self.dep_q: int = self.lm.dep_q
+        self.audio_q: int = mimi.num_codebooks  # codebooks Mimi encodes and decodes
         self._scatter, self._sample = scatter_with_mask_, sample_token
         self._dep_rings = [
             m._streaming_state.kv_cache.cache
@@ -173,8 +174,15 @@ class FrameOps:
 
     def decode(self, tokens: Tensor) -> Tensor:
         """Mimi's streaming decode of the frame's audio codes: ``(1, 1, spf)`` float."""
-        pcm: Tensor = self.mimi.decode(tokens[:, 1:])
+        pcm: Tensor = self.mimi.decode(tokens[:, 1 : 1 + self.audio_q])
         return pcm
+
+    def reset(self) -> None:
+        """A new conversation: state beside the vendor's streaming states (none here)."""
+
+    def state_tensors(self) -> tuple[Tensor, ...]:
+        """Tensors the operators write beside the vendor's streaming states (none here)."""
+        return ()
 
     def _attention(self) -> Any:
         if self.sdpa == "default":

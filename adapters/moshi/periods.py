@@ -32,7 +32,7 @@ AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
 VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
 
 
-def check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
+def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
     """The state rule: every ring holds exactly what the declaration bounds."""
     declared = {
         "lm_kv": values["main_capacity"],
@@ -42,8 +42,9 @@ def check_rings(stream: MoshiStream, values: dict[str, int]) -> None:
     for region, capacities in stream.ring_capacities().items():
         if capacities != {declared[region]}:
             raise FamilyError(
-                f"the model's {region} rings hold {sorted(capacities)} entries, but moshi.yaml "
-                f"bounds them at {declared[region]}: declare the checkpoint's value",
+                f"the model's {region} rings hold {sorted(capacities)} entries, but "
+                f"{declaration}.yaml bounds them at {declared[region]}: declare the checkpoint's "
+                "value",
                 "checkpoint",
             )
 

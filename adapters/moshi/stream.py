@@ -39,20 +39,32 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
+from adapters.moshi.vendor import replace_class
 from engine.arms import Arm, Granularity
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog, Signature, TensorSpec
 
-__all__ = ["FrameOut", "MoshiStream"]
+__all__ = ["FrameOut", "MoshiStream", "PromptPhase"]
 
 OPS = ("mimi_encode", "lm_step", "depformer_step", "mimi_decode")
+
+
+class PromptPhase(Protocol):
+    """Steps a stream runs after every reset, before its first frame (PersonaPlex's voice and
+    role prompts): registered once as the stream's own replayed operators."""
+
+    def register(self, stream: MoshiStream) -> None: ...
+
+    def run(self, stream: MoshiStream) -> int:
+        """Step the prompt under the stream's arm; the number of steps taken."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -79,22 +91,28 @@ class MoshiStream:
         arm: Arm,
         samples_per_frame: int,
         sdpa: str,
+        ops: type[FrameOps] = FrameOps,
+        prompt: PromptPhase | None = None,
+        name: str = "moshi",
     ) -> None:
         self._streaming = ExitStack()
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
         self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
-        self.ops = FrameOps(mimi, lm_gen, sdpa=sdpa)
-        self.replay, self.device = replay, lm_gen.lm_model.device
-        self.spf, self.dep_q = samples_per_frame, self.ops.dep_q
+        self.ops = ops(mimi, lm_gen, sdpa=sdpa)
+        self.replay, self.device, self.name = replay, lm_gen.lm_model.device, name
+        self.spf, self.dep_q, self.audio_q = samples_per_frame, self.ops.dep_q, self.ops.audio_q
         dim, dtype = lm_gen.lm_model.dim, lm_gen.lm_model.dtype
-        self.regions = _Regions(self.spf, self.dep_q, dim, dtype, self.device)
+        self.regions = _Regions(self.spf, self.audio_q, self.dep_q, dim, dtype, self.device)
         self._states = _streaming_states(mimi, lm_gen)
         for state in self._states:
             _pin_tensors(state)
-        self.frames = 0  # frames since the last reset
+        self.frames = 0  # frames since the last reset (a prompt phase's steps count)
         self._arm = arm
         self.replayed = self._register(dim, dtype)
+        self.prompt = prompt
+        if prompt is not None:
+            prompt.register(self)
 
     # -- ArmedStream ---------------------------------------------------------------------------
 
@@ -126,10 +144,15 @@ class MoshiStream:
 
     def reset(self) -> None:
         """A new conversation: every streaming state reset in place (rings, offsets, delay
-        cache, convolution states; no allocation, graphs kept)."""
+        cache, convolution states; no allocation, graphs kept), then the prompt phase, where
+        the stream has one (PersonaPlex: its voice and role, stepped before the call)."""
         self.ops.mimi.reset_streaming()
         self.ops.lm_gen.reset_streaming()
+        self.ops.reset()
         self.frames = 0
+        if self.prompt is not None:
+            with vendor_graphs_off(self.device), torch.no_grad():
+                self.frames = self.prompt.run(self)
 
     def ring_capacities(self) -> dict[str, set[int]]:
         """The rings' capacities by declared region: ``lm_kv`` (the temporal transformer),
@@ -156,7 +179,7 @@ class MoshiStream:
         if arm.state_rule:
             r.mic.copy_(pcm)
             with _timed(span, "encode"):
-                (ops["mimi_encode"] if ops else self._encode_into)()
+                (ops["mimi_encode"] if ops else self.encode_into)()
             with _timed(span, "lm"):
                 (ops["lm_step"] if ops else self._lm_into)()
                 (ops["depformer_step"] if ops else self._depformer_into)()
@@ -195,7 +218,7 @@ class MoshiStream:
         tokens = f.depformer_step(*f.lm_step(f.encode(pcm)))
         return tokens, f.decode(tokens) if speak else None
 
-    def _encode_into(self) -> None:
+    def encode_into(self) -> None:
         self.regions.codes.copy_(self.ops.encode(self.regions.mic))
 
     def _lm_into(self) -> None:
@@ -211,7 +234,7 @@ class MoshiStream:
         self.regions.pcm.copy_(self.ops.decode(self.regions.tokens))
 
     def _frame_into(self, speak: bool) -> None:
-        self._encode_into()
+        self.encode_into()
         self._lm_into()
         self._depformer_into()
         if speak:
@@ -228,13 +251,13 @@ class MoshiStream:
                     out.append(value)
                 elif hasattr(value, "cache") and hasattr(value, "end_offset"):
                     out += [value.cache, value.end_offset]
-        return (*out, *self.regions.all())
+        return (*out, *self.ops.state_tensors(), *self.regions.all())
 
     def _register(self, dim: int, dtype: torch.dtype) -> dict[str, ReplayOp]:
         """The six replayed operators and their catalogs (one signature each; the frame two)."""
         dev, spf, q = self.device, self.spf, self.dep_q
         pcm = TensorSpec((1, 1, spf), torch.float32, dev)
-        codes = TensorSpec((1, q, 1), torch.int64, dev)
+        codes = TensorSpec((1, self.audio_q, 1), torch.int64, dev)
         text = TensorSpec((1,), torch.int64, dev)
         hidden = TensorSpec((1, 1, dim), dtype, dev)
         tokens = TensorSpec((1, 1 + q, 1), torch.int64, dev)
@@ -248,7 +271,7 @@ class MoshiStream:
             "frame": (self._whole_frame, [(pcm, False), (pcm, True)], sdpa),
         }
         regions: dict[str, tuple[Callable[..., Any], list[tuple[Any, ...]], Hashable]] = {
-            "mimi_encode_regions": (self._encode_into, [()], None),
+            "mimi_encode_regions": (self.encode_into, [()], None),
             "lm_step_regions": (self._lm_into, [()], sdpa),
             "depformer_step_regions": (self._depformer_into, [()], None),
             "mimi_decode_regions": (self._decode_into, [()], None),
@@ -257,7 +280,7 @@ class MoshiStream:
         ops: dict[str, ReplayOp] = {}
         for name, (fn, calls, extra) in (stock | regions).items():
             ops[name] = self.replay.register(
-                f"moshi.{name}",
+                f"{self.name}.{name}",
                 fn,
                 catalog=Catalog(Signature.of(call, extra=extra) for call in calls),
                 write_through=self.written,
@@ -283,9 +306,11 @@ class _ArmOps(dict[str, ReplayOp]):
 class _Regions:
     """The frame's address-stable tensors under the state rule (allocated once, zeros)."""
 
-    def __init__(self, spf: int, dep_q: int, dim: int, dtype: torch.dtype, device: Any) -> None:
+    def __init__(
+        self, spf: int, audio_q: int, dep_q: int, dim: int, dtype: torch.dtype, device: Any
+    ) -> None:
         self.mic = torch.zeros((1, 1, spf), dtype=torch.float32, device=device)
-        self.codes = torch.zeros((1, dep_q, 1), dtype=torch.int64, device=device)
+        self.codes = torch.zeros((1, audio_q, 1), dtype=torch.int64, device=device)
         self.text = torch.zeros((1,), dtype=torch.int64, device=device)
         self.hidden = torch.zeros((1, 1, dim), dtype=dtype, device=device)
         self.tokens = torch.zeros((1, 1 + dep_q, 1), dtype=torch.int64, device=device)
@@ -306,9 +331,6 @@ def _streaming_states(*modules: Any) -> list[Any]:
     return list(states.values())
 
 
-_PINNED: dict[type, type] = {}
-
-
 def _pin_tensors(state: Any) -> None:
     """Make ``state`` write its tensors in place: rebinding a tensor attribute to a new tensor
     of the same geometry copies into the old one instead.
@@ -318,24 +340,21 @@ def _pin_tensors(state: Any) -> None:
     tensor forever while resets write the new one; pinned, the address never moves, so the
     write-through regions hold and a reset reaches what the graph reads. Values are unchanged.
     """
-    cls = type(state)
-    if cls not in _PINNED:
+    replace_class(state, "Pinned", __setattr__=_pinned_setattr)
 
-        def __setattr__(self: Any, name: str, value: Any) -> None:
-            old = self.__dict__.get(name)
-            if (
-                isinstance(old, Tensor)
-                and isinstance(value, Tensor)
-                and old.shape == value.shape
-                and old.dtype == value.dtype
-                and old is not value
-            ):
-                old.copy_(value)
-            else:
-                object.__setattr__(self, name, value)
 
-        _PINNED[cls] = type(f"Pinned{cls.__name__}", (cls,), {"__setattr__": __setattr__})
-    state.__class__ = _PINNED[cls]
+def _pinned_setattr(self: Any, name: str, value: Any) -> None:
+    old = self.__dict__.get(name)
+    if (
+        isinstance(old, Tensor)
+        and isinstance(value, Tensor)
+        and old.shape == value.shape
+        and old.dtype == value.dtype
+        and old is not value
+    ):
+        old.copy_(value)
+    else:
+        object.__setattr__(self, name, value)
 
 
 class _timed:

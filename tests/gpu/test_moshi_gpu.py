@@ -11,10 +11,7 @@ sets it).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -25,7 +22,8 @@ from engine.arms import Arm
 from tests.gpu_results import record
 from tests.moshi_small import (
     DECLARATION,
-    first_difference,
+    digests_across_processes,
+    every_arm_exact,
     make_stream,
     models,
     noise,
@@ -49,12 +47,7 @@ def stream() -> Iterator[MoshiStream]:
 
 def test_the_pinned_temporal_kernel_is_reproducible_across_processes() -> None:
     """3 processes x FRAMES frames of SRc (equal to eager: the arms test), the same digest."""
-    cmd = [sys.executable, "-m", "tests.moshi_small", "--device", "cuda", "--size", "full"]
-    cmd += ["--frames", str(FRAMES), "--seed", "0", "--arm", "SRc"]
-    runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(3)]
-    results = [json.loads(p.communicate(timeout=900)[0]) for p in runs]
-    assert all(p.returncode == 0 for p in runs)
-    digests = {r["digest"] for r in results}
+    digests = digests_across_processes("tests.moshi_small", FRAMES)
     record("moshi_reproducible_processes", processes=3, frames=FRAMES, sdpa=SDPA,
            distinct_digests=len(digests))  # fmt: skip
     assert len(digests) == 1
@@ -81,25 +74,6 @@ def test_our_eager_equals_the_vendors_loop_on_the_7b() -> None:
 def test_every_arm_equals_eager_on_the_7b(
     stream: MoshiStream, seed: int, replays: list[int]
 ) -> None:
-    s = stream
     frames = noise(FRAMES, seed=100 + seed, device="cuda")
-    reset_at = (0, FRAMES // 2)
-    s.set_arm(Arm.EAGER)
-    eager = run(s, frames, seed=seed, reset_at=reset_at)
-    exact: dict[str, bool] = {}
-    for arm in (Arm.S, Arm.R, Arm.RC, Arm.SR, Arm.SRC):
-        other = Arm.SRC if arm is not Arm.SRC else Arm.R
-        before = replays[0]
-        ours = run(
-            s,
-            frames,
-            seed=seed,
-            reset_at=reset_at,
-            switch={0: arm, FRAMES // 3: other, 2 * FRAMES // 3: arm},
-        )
-        difference = first_difference(eager, ours)
-        exact[str(arm)] = difference is None
-        assert difference is None, f"{arm}: {difference}"
-        if arm.replay:
-            assert replays[0] - before >= FRAMES // 2, f"{arm}: {replays[0] - before} replays"
+    exact = every_arm_exact(stream, frames, seed, replays)
     record("moshi_arms_exact", seed=seed, frames=FRAMES, sdpa=SDPA, exact=exact)

@@ -36,6 +36,7 @@ from app.gui.a11y import explain
 from app.gui.settings.check import SettingsCheck
 from app.gui.settings.devices import DeviceChoice, cuda_present, device_choices
 from app.gui.settings.models import ModelsDialog
+from app.gui.settings.role import role_field, role_value
 from app.gui.words import ARM_WORDS
 from app.settings import DEVICES, FAMILIES, MODEL_SIZES, Settings
 from engine.arms import Arm
@@ -160,7 +161,8 @@ class SettingsDialog(QDialog):
         fetch.clicked.connect(self.open_models)
         self.voice = explain(
             QLineEdit(str(s.voice) if s.voice else ""), "voice prompt",
-            "A WAV recording of the voice the assistant should speak with (needs a checkpoint).",
+            "A WAV recording of the voice the assistant should speak with (needs a checkpoint); "
+            "for PersonaPlex also a voice of its folder by name, e.g. NATF2.",
         )  # fmt: skip
         self.voice.setPlaceholderText("none: a seeded random voice (needs no checkpoint)")
         browse_voice = explain(
@@ -188,6 +190,8 @@ class SettingsDialog(QDialog):
         form.addRow("Checkpoint folder", checkpoint_row)
         form.addRow("", self.trust_code)
         form.addRow("Voice prompt", _path_row(self.voice, browse_voice, "voice prompt"))
+        self.role = role_field(s.role)
+        form.addRow("Role", self.role)
         form.addRow("Compute device", self.device)
         return box
 
@@ -296,6 +300,7 @@ class SettingsDialog(QDialog):
             model_size=self.model_size.currentData(),
             checkpoint=Path(checkpoint).expanduser() if checkpoint else None,
             voice=Path(voice).expanduser() if voice else None,
+            role=role_value(self.role),
             trust_checkpoint_code=self.trust_code.isChecked(),
             device=self.device.currentData(),
             arm=Arm(self.arm.currentData()),

@@ -1,0 +1,104 @@
+"""PersonaPlex streams for the tests: seeded random weights at the small size (CPU) or the
+released shapes (``full``, the GPU tests), a seeded recording as the voice, a preset role,
+seeded noise in (never zeros). Runs, comparisons and digests are Moshi's (tests.moshi_small)."""
+
+from __future__ import annotations
+
+import torch
+
+from adapters.moshi.checkpoint import MoshiModels, build_models
+from adapters.moshi.config import size_for
+from adapters.moshi.stream import MoshiStream
+from adapters.personaplex.config import lm_kwargs
+from adapters.personaplex.frame import PersonaPlexOps
+from adapters.personaplex.prompt import PersonaPlexPrompt, Voice
+from adapters.personaplex.voice import resolve_role
+from engine.arms import Arm
+from engine.declaration_io import load_declaration
+from engine.replay import ReplayEngine
+from tests.moshi_small import digest, noise, run
+
+DECLARATION = load_declaration("personaplex")
+SPF = DECLARATION.values()["samples_per_frame"]
+VOICE_FRAMES = 6  # a short seeded recording: the prompt phase stays a few dozen steps
+ROLE = "casual"
+
+
+def models(seed: int = 3, size: str = "small", device: str = "cpu") -> MoshiModels:
+    from moshi.models import loaders
+
+    s = size_for(size, DECLARATION)
+    kwargs = lm_kwargs(s, loaders._lm_kwargs)
+    return build_models(s, None, torch.device(device), seed, lm_kwargs=kwargs)
+
+
+def voice(seed: int = 5, frames: int = VOICE_FRAMES) -> Voice:
+    g = torch.Generator().manual_seed(seed)
+    return Voice("seeded recording", pcm=0.2 * torch.randn((1, 1, frames * SPF), generator=g))
+
+
+def prompt_for(m: MoshiModels, v: Voice | None = None, role: str = ROLE) -> PersonaPlexPrompt:
+    values = DECLARATION.values()
+    return PersonaPlexPrompt(
+        voice() if v is None else v,
+        resolve_role(role, None, m.lm.text_card),
+        pad_text=values["prompt_pad_text"],
+        silence=values["prompt_silence_frames"],
+    )
+
+
+def make_stream(
+    arm: Arm,
+    *,
+    seed: int = 3,
+    size: str = "small",
+    device: str = "cpu",
+    sdpa: str = "default",
+    replay: ReplayEngine | None = None,
+    m: MoshiModels | None = None,
+    v: Voice | None = None,
+) -> tuple[MoshiStream, ReplayEngine]:
+    from moshi.models.lm import LMGen
+
+    m = m or models(seed, size, device)
+    replay = replay or ReplayEngine(device, strict=True, poison=True)
+    stream = MoshiStream(
+        m.mimi,
+        LMGen(m.lm),
+        replay=replay,
+        arm=arm,
+        samples_per_frame=SPF,
+        sdpa=sdpa,
+        ops=PersonaPlexOps,
+        prompt=prompt_for(m, v),
+        name="personaplex",
+    )
+    return stream, replay
+
+
+def main() -> None:
+    """One run in its own process: ``python -m tests.personaplex_small --device cuda --size full
+    --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--frames", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arm", default="SRc")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    declared = DECLARATION.operators["lm_step"].kernels.get("sdpa", "default")
+    sdpa = declared if args.device.startswith("cuda") else "default"
+    stream, _ = make_stream(
+        Arm.parse(args.arm), seed=args.seed, size=args.size, device=args.device, sdpa=sdpa
+    )
+    frames = noise(args.frames, seed=args.seed + 100, device=args.device)
+    outs = run(stream, frames, seed=args.seed, reset_at=(0,))
+    print(json.dumps({"digest": digest(outs), "frames": len(outs), "sdpa": sdpa}))
+
+
+if __name__ == "__main__":
+    main()
