@@ -151,3 +151,33 @@ def test_status_and_toolbar_follow_a_family_without_arms(
     window.display.on_ready(info)
     assert "switch the arm" not in window.status_text.text()
     assert window.panel.plots == [window.panel.cadence, window.panel.memory, window.panel.stages]
+
+
+def test_load_progress_moves_between_the_familys_reports(
+    gui_app: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PySide6.QtWidgets import QLabel, QProgressBar
+
+    from app.gui.window import load_progress
+
+    now = [100.0]
+    monkeypatch.setattr(load_progress.time, "monotonic", lambda: now[0])
+    bar, status = QProgressBar(), QLabel()
+    shown = load_progress.LoadProgress(bar, status)
+    shown.begin(expected_s=30.0)  # the last load of this model took 30 s
+    shown.report("loading", 0.2)
+    values = []
+    for _ in range(4):  # no report for 12 s (the basic voice's reply model loading)
+        now[0] += 3.0
+        shown.tick()
+        values.append(bar.value())
+    assert values == sorted(values) and values[-1] > values[0] >= 20
+    assert status.text().endswith("12 s of about 30 s")
+    now[0] += 100.0  # slower than last time: it never claims to be done before it is
+    shown.tick()
+    assert bar.value() == 99
+    assert shown.end() == pytest.approx(112.0) and bar.isHidden()
+    shown.begin(expected_s=None)  # never loaded here: the seconds still count
+    now[0] += 5.0
+    shown.tick()
+    assert status.text() == "Loading the model… 5 s"
