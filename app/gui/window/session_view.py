@@ -160,7 +160,7 @@ class SessionDisplay:
     def show_idle(self, keep_session: bool = False) -> None:
         w, s = self.w, self.w.settings
         w.banner.setVisible(random_weights(s))
-        w.cascade_note.show_for(s)
+        w.cascade_note.show_for(s, speakers=w.route.output == "device")
         arms = "arm" in family(s.family).reads
         w.toolbar.offer_arms(tuple(Arm) if arms else ())  # the next session's, if any apply
         w.toolbar.show_arm(s.arm)
