@@ -55,14 +55,15 @@ SIZE_LABELS = {
 ARM_HELP = {arm: f"{arm.value} — {ARM_WORDS[arm]}" for arm in Arm}
 
 
-def _path_row(edit: QLineEdit, browse: QPushButton, what: str) -> QHBoxLayout:
+def _path_row(edit: QLineEdit, browse: QPushButton, what: str) -> tuple[QHBoxLayout, QPushButton]:
+    """The path field, its Browse and Clear buttons in a row; returns the row and Clear."""
     clear = explain(QPushButton("Clear"), f"clear the {what}", f"Forget the {what}.")
     clear.clicked.connect(edit.clear)
     row = QHBoxLayout()
     row.addWidget(edit, 1)
     row.addWidget(browse)
     row.addWidget(clear)
-    return row
+    return row, clear
 
 
 def _combo(items: list[tuple[str, Any]], current: Any) -> QComboBox:
@@ -197,19 +198,19 @@ class SettingsDialog(QDialog):
         )  # fmt: skip
         form.addRow("Family", self.family)
         form.addRow("Size", self.model_size)
-        checkpoint_row = _path_row(self.checkpoint, browse, "checkpoint folder")
+        checkpoint_row, clear_checkpoint = _path_row(self.checkpoint, browse, "checkpoint folder")
         checkpoint_row.insertWidget(2, fetch)
         form.addRow("Checkpoint folder", checkpoint_row)
         form.addRow("", self.trust_code)
-        voice_row = _path_row(self.voice, browse_voice, "voice prompt")
+        voice_row, clear_voice = _path_row(self.voice, browse_voice, "voice prompt")
         form.addRow("Voice prompt", voice_row)
         form.addRow("Compute device", self.device)
         # The fields each family may ignore (Family.reads names them); Models… serves all.
         self._reads: dict[str, list[QWidget]] = {
             "model_size": [self.model_size],
-            "checkpoint": [self.checkpoint, browse, checkpoint_row.itemAt(3).widget()],
+            "checkpoint": [self.checkpoint, browse, clear_checkpoint],
             "trust_checkpoint_code": [self.trust_code],
-            "voice": [voice_row.itemAt(i).widget() for i in range(voice_row.count())],
+            "voice": [self.voice, browse_voice, clear_voice],
             "device": [self.device],
         }
         return box
