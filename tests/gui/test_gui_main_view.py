@@ -181,3 +181,31 @@ def test_load_progress_moves_between_the_familys_reports(
     now[0] += 5.0
     shown.tick()
     assert status.text() == "Loading the model… 5 s"
+
+
+def test_a_fresh_load_does_not_reopen_capture_and_a_kept_one_only_for_a_new_arm(
+    make_window: Callable[..., MainWindow], qtbot: QtBot
+) -> None:
+    from engine.arms import Arm
+    from engine.trace import read_trace
+
+    window = make_window()
+
+    def unseals(arm: Arm) -> int:
+        window._apply_settings(dataclasses.replace(window.settings, arm=arm))
+        with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
+            window.start_conversation()
+        qtbot.waitUntil(
+            lambda: not window.display.clear_charts and len(window.panel.history) >= 2,
+            timeout=SESSION_MS,
+        )
+        with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS):
+            window.stop_conversation()
+        assert window.controller.trace is not None
+        _, records = read_trace(window.controller.trace)
+        return sum(e["kind"] == "unseal" for r in records for e in r["events"])
+
+    assert unseals(Arm.SRC) == 0  # warmed by the load: captures nothing in the conversation
+    assert unseals(Arm.SRC) == 0  # kept, same arm: its graphs are there
+    assert unseals(Arm.SR) == 1  # kept, an arm never warmed: capture opens once
+    assert unseals(Arm.SR) == 0  # ... and not again

@@ -251,9 +251,11 @@ class EngineThread(QThread):
             self._reused_s = kept.load_s
             self.progress.emit("reusing", 1.0)
             fresh = False
+        warmed = None if fresh else kept.warmed  # fresh: the load warmed the settings' arm
         session = open_session(
-            kept.loaded, self._settings, trace=self._trace, fresh=fresh, warmed=kept.warmed
+            kept.loaded, self._settings, trace=self._trace, fresh=fresh, warmed=warmed
         )
+        kept.warmed = session.warmed  # the arms whose graphs this model holds, shared
         if self._stop.is_set():  # stopped while loading: do not open devices
             session.close(keep_model=True)
             return None
