@@ -19,12 +19,14 @@ Threads: build and ``step`` on the engine thread (it owns every CUDA call); ``re
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from adapters.face import FamilyError, LoadedModel, ModelRequest
 from adapters.registry import family
@@ -35,7 +37,15 @@ from engine.duplex import DuplexLoop, PeriodOutcome
 from engine.metrics import Metrics
 from engine.trace import TraceWriter, check_trace_path, session_metadata
 
-__all__ = ["Progress", "Session", "build_session", "replace_settings", "session_over"]
+__all__ = [
+    "Progress",
+    "Session",
+    "build_session",
+    "load_model",
+    "model_key",
+    "open_session",
+    "replace_settings",
+]
 
 Progress = Callable[[str, float], None]
 
@@ -51,6 +61,7 @@ class Session:
         *,
         device: str,
         trace: TraceWriter | None,
+        warmed: set[Arm] | None = None,
     ) -> None:
         self.loop, self.loaded, self.settings, self.device = loop, loaded, settings, device
         self.model_name, self.stages = loaded.title, loaded.stages
@@ -61,8 +72,13 @@ class Session:
         self.metrics, self.replay, self.trace = loop.metrics, loop.replay, trace
         self.warmup, self.audit = loaded.warmup, loaded.audit
         self.switchable_arms = loaded.switchable_arms  # what the window offers to switch to
-        self._warmed = {settings.arm} if settings.arm.replay else set()
+        # The replay arms whose graphs exist: shared with the sessions that reuse this model.
+        self.warmed = warmed if warmed is not None else set()
         self._open_capture = threading.Event()
+        if settings.arm.replay and settings.arm not in self.warmed:
+            if warmed is not None:  # a kept model whose graphs for this arm were never captured
+                self._open_capture.set()
+            self.warmed.add(settings.arm)
         self._ptt_held = threading.Event()
         self._silence = np.zeros(loop.input_samples, dtype=np.float32)
 
@@ -101,8 +117,8 @@ class Session:
         sealed after warm-up): its first periods warm and capture as they run (slower, logged).
         """
         arm = Arm(arm)
-        if arm.replay and arm not in self._warmed:
-            self._warmed.add(arm)
+        if arm.replay and arm not in self.warmed:
+            self.warmed.add(arm)
             self._open_capture.set()
         self.loop.request_arm(arm)
 
@@ -114,12 +130,16 @@ class Session:
         else:
             self._ptt_held.clear()
 
-    def close(self) -> None:
+    def close(self, *, keep_model: bool = False) -> None:
         """End the model's own threads and close the trace (idempotent); the session must not
         step afterwards. A model thread left running at exit aborts the process ("terminate
-        called without an active exception") when its native thread pool is torn down."""
-        close, self.loaded.close = self.loaded.close, None
+        called without an active exception") when its native thread pool is torn down.
+
+        ``keep_model``: close only the trace; the loaded model stays for :func:`open_session`
+        (the next conversation with the same :func:`model_key`), which resets it first."""
+        close = None if keep_model else self.loaded.close
         if close is not None:
+            self.loaded.close = None
             close()
         if self.trace is not None:
             self.trace.close()
@@ -143,24 +163,63 @@ def build_session(
     size), as a state-rule deployment would; only S, SR and SRc can then run.
     ``realtime=False``: the periods are stepped as fast as they go (a file on a simulated clock).
     """
-    report = progress or (lambda stage, fraction: None)
-    check_settings(settings)
     if trace is not None:
         check_trace_path(trace, overwrite=True)
+    loaded = load_model(
+        settings, progress=progress, n_steps=n_steps, envelope=envelope, realtime=realtime
+    )
+    return open_session(loaded, settings, trace=trace, fresh=True)
+
+
+def model_key(settings: Settings, **overrides: Any) -> tuple[str, ModelRequest]:
+    """What a loaded model depends on: the family and its request, the arm left out (a loaded
+    model switches arms live). Two settings with one key can share one loaded model."""
+    request = settings.model_request(**overrides)
+    return settings.family, dataclasses.replace(request, arm=Arm.EAGER)
+
+
+def load_model(
+    settings: Settings,
+    *,
+    progress: Progress | None = None,
+    n_steps: int | None = None,
+    envelope: bool = True,
+    realtime: bool = True,
+) -> LoadedModel:
+    """Check ``settings`` and load, warm up and seal their family's model (see
+    :func:`build_session` for the knobs); raises ``SettingsError`` naming the fix."""
+    report = progress or (lambda stage, fraction: None)
+    check_settings(settings)
     face = family(settings.family)
     request = settings.model_request(n_steps=n_steps, envelope=envelope, realtime=realtime)
     try:
         face.check(request)
-        loaded = face.load(request, report)
+        return face.load(request, report)
     except FamilyError as error:
         raise SettingsError(str(error)) from None
-    return session_over(loaded, settings, request, trace)
 
 
-def session_over(
-    loaded: LoadedModel, settings: Settings, request: ModelRequest, trace: Path | None
+def open_session(
+    loaded: LoadedModel,
+    settings: Settings,
+    *,
+    trace: Path | None = None,
+    fresh: bool = False,
+    warmed: set[Arm] | None = None,
 ) -> Session:
-    """The session around a loaded model: cadence metrics, its trace, audit mode's counts."""
+    """A conversation on ``loaded`` (from :func:`load_model` with ``settings``' key): new
+    cadence metrics and trace. ``fresh``: the model was just loaded; otherwise a past session
+    ran it, so it is reset in place first and set to ``settings.arm`` (``warmed``: the arms
+    whose graphs that session captured). Either way it then speaks as a fresh load would,
+    bit for bit (tests/gui/test_gui_main_view.py)."""
+    request = settings.model_request()
+    if not fresh:
+        loaded.model.reset()
+        if loaded.model.arm != settings.arm:
+            loaded.model.set_arm(settings.arm)
+        # As a fresh load leaves them (every family re-seeds after its warm-up): the new
+        # conversation's draws depend only on the request and its input, as the first's did.
+        torch.manual_seed(request.seed)
     metrics = Metrics(loaded.model.period_s, device=request.device, arm=str(settings.arm))
     if loaded.audit is not None:
         loaded.audit.attach(metrics)
@@ -170,7 +229,7 @@ def session_over(
         loaded.model, metrics, loaded.replay, writer,
         period_facts=(lambda arm: {"audit": audit.period(arm)}) if audit is not None else None,
     )  # fmt: skip
-    return Session(loop, loaded, settings, device=request.device, trace=writer)
+    return Session(loop, loaded, settings, device=request.device, trace=writer, warmed=warmed)
 
 
 def _writer(

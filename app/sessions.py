@@ -76,7 +76,7 @@ def converse_sessions(req: ConverseRequest) -> dict[str, Any]:
         check_request(sub)
     from adapters.face import FamilyError, session_source
     from adapters.registry import family
-    from app.session import session_over
+    from app.session import open_session
     from engine.multiplex import Multiplexer, SessionRng
 
     if not req.verbose:
@@ -93,8 +93,7 @@ def converse_sessions(req: ConverseRequest) -> dict[str, Any]:
 
             def opener(rng: SessionRng, sub: ConverseRequest = sub, opened: Any = opened) -> Any:
                 loaded = source.open(sub.settings.seed, sub.settings.arm, rng.eager)
-                sub_request = replace(request, seed=sub.settings.seed)
-                session = session_over(loaded, sub.settings, sub_request, sub.jsonl)
+                session = open_session(loaded, sub.settings, trace=sub.jsonl, fresh=True)
                 opened.append(session)
                 return session.step, None
 

@@ -11,11 +11,14 @@ lines up with the recordings whether the periods ran at the wall clock or back t
 The desktop app and ``duplexcadence converse`` both write it beside their trace with
 :func:`write_beside` (``<trace>.transcript.txt``); ``duplexcadence export`` rebuilds it from the
 trace's JSONL (:func:`transcript_from_trace`), whose period records hold the same two sides.
+The desktop app also keeps that file current while the conversation runs (:class:`LiveFile`), so
+a crash loses at most the last half second of it.
 """
 
 from __future__ import annotations
 
 import threading
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +29,7 @@ __all__ = [
     "ASSISTANT",
     "USER",
     "Line",
+    "LiveFile",
     "Transcript",
     "audio_time",
     "transcript_from_trace",
@@ -108,6 +112,61 @@ def write_beside(transcript: Transcript, trace: Path, *, overwrite: bool) -> Pat
     if not transcript.lines():
         return None
     return transcript.write(transcript_path(trace), overwrite=overwrite)
+
+
+class LiveFile:
+    """Keeps ``path`` equal to ``transcript`` while it grows, written by a thread of its own.
+
+    The engine thread calls :meth:`changed` after a period that said something (it only sets an
+    event: the disk's fsync never delays a period); the writer rewrites the file atomically at
+    most every ``every_s`` seconds. :meth:`close` writes what is left and ends the thread. The
+    first write refuses a file already at ``path`` (someone else's: the trace's name is new),
+    later ones replace our own. A write that fails is printed once and tried again later.
+    """
+
+    def __init__(self, transcript: Transcript, path: Path, every_s: float = 0.5) -> None:
+        self.transcript, self.path, self.every_s = transcript, path, every_s
+        self.written = ""  # the text on disk now
+        self._changed = threading.Event()
+        self._closing = threading.Event()
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, name="transcript-file", daemon=True)
+        self._thread.start()
+
+    def changed(self) -> None:
+        """The transcript has news: write it soon (any thread; never blocks)."""
+        self._changed.set()
+
+    def close(self) -> None:
+        """Write what is left and end the writer (idempotent)."""
+        self._closing.set()
+        self._changed.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._closing.is_set():
+            self._changed.wait()
+            self._closing.wait(self.every_s)  # gather a half second of periods per write
+            self._changed.clear()
+            self._write()
+        self._write()
+
+    def _write(self) -> None:
+        text = self.transcript.text()
+        if text == self.written or not text:
+            return
+        if not self.path.parent.is_dir():
+            return  # the sessions folder went away: the export still has the transcript
+        try:
+            atomic_write(
+                self.path, lambda f: f.write(text), text=True, overwrite=bool(self.written)
+            )
+        except OSError:
+            if not self._failed:
+                traceback.print_exc()
+            self._failed = True
+            return
+        self.written = text
 
 
 def transcript_from_trace(jsonl: Path) -> Transcript:

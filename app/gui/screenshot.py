@@ -7,8 +7,9 @@
 Without ``--input-wav`` the user's side is spoken by ``espeak-ng`` (two questions with pauses,
 then an interruption), paced in real time like a microphone. The model is the small Token2Wav on
 the CPU with seeded random weights, so the banner says the audio is not speech — as it should.
-The run switches the arm to eager and back to SRc so the charts show both switches, and shoots
-while the assistant is speaking. Settings, traces and geometry go to a temporary folder.
+The run switches the arm to eager and back to SRc so the charts (the Engine tab, shown for this
+shot) show both switches, and shoots while the assistant is speaking. Settings, traces and
+geometry go to a temporary folder.
 
 The README's picture of a conversation with its transcript (``docs/screenshot-transcript.png``)
 is the basic voice on the shipped demo talk, shot once both sides are in the transcript:
@@ -97,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--size", default="1600x980", help="window size WIDTHxHEIGHT")
     parser.add_argument(
+        "--timeout", type=float, default=None,
+        help="seconds to wait for the shot (default: 120 + 2 per period; more on a busy CPU)",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=1,
         help="torch CPU threads (1: the small model keeps real time on a shared 2-core box)",
     )  # fmt: skip
@@ -118,13 +123,15 @@ def _both_sides(window: MainWindow) -> bool:
     return "] You: " in text and "] Assistant: " in text
 
 
-def _converse(window: MainWindow, periods: int, transcript: bool = False) -> None:
+def _converse(
+    window: MainWindow, periods: int, transcript: bool = False, timeout_s: float | None = None
+) -> None:
     """Run the conversation; switch arms on the way (not for ``transcript``: the shot waits for
     both sides of the transcript instead); return once the assistant speaks."""
     from engine.arms import Arm
 
     window.start_conversation()
-    deadline = time.monotonic() + 120 + periods * 2
+    deadline = time.monotonic() + (timeout_s or 120 + periods * 2)
     switches = {} if transcript else {periods // 3: Arm.EAGER, (2 * periods) // 3: Arm.SRC}
     while time.monotonic() < deadline:
         _wait(0.1)
@@ -165,15 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
         window.resize(width, height)
         window.fit_screen()  # at 150-200% scaling the asked size may not fit the screen
+        if not args.transcript:
+            window.show_charts()  # the arm switches are the charts' to show
         window.show()
         _wait(0.5)
-        _converse(window, args.periods, args.transcript)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        image = window.grab()
-        if not image.save(str(args.out)):
-            raise SystemExit(f"screenshot: cannot write {args.out}: check the folder")
-        print(f"screenshot: {args.out} ({image.width()}x{image.height()})")
-        window.close()
+        try:
+            _converse(window, args.periods, args.transcript, args.timeout)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            image = window.grab()
+            if not image.save(str(args.out)):
+                raise SystemExit(f"screenshot: cannot write {args.out}: check the folder")
+            print(f"screenshot: {args.out} ({image.width()}x{image.height()})")
+        finally:  # a shot that failed still ends the conversation: no thread left at exit
+            window.close()
     return 0
 
 

@@ -3,6 +3,7 @@ read the paper. One place, so the toolbar, the settings dialog and Help say the 
 
 from __future__ import annotations
 
+from app.audio.echo import HEADPHONES_HINT
 from engine.arms import Arm
 
 __all__ = [
@@ -10,9 +11,13 @@ __all__ = [
     "ARM_WORDS",
     "CASCADE_NOTE",
     "CPU_NOTE",
+    "HEADPHONES",
     "HELP_HTML",
     "NO_ARMS",
+    "NO_TEXT",
+    "NO_WORDS",
     "REASON_WORDS",
+    "TRANSCRIPT_PLACEHOLDER",
     "reason_words",
 ]
 
@@ -48,6 +53,22 @@ def reason_words(reason: str) -> str:
 
 NO_ARMS = "none: this model replays nothing, so arms do not apply"
 
+HEADPHONES = HEADPHONES_HINT  # the audio package states it; the banner and Help show it
+
+TRANSCRIPT_PLACEHOLDER = (
+    "What you and the assistant say appears here as you talk, for models that produce text "
+    "(yours where the model runs a speech recognizer). A model that speaks without text leaves "
+    "it empty."
+)
+NO_TEXT = (
+    "This model speaks without text: nothing to show here. The charts (Engine tab) show how it "
+    "runs."
+)
+NO_WORDS = (
+    "Random weights speak no words: the assistant's text would be meaningless token numbers, "
+    "so it is not shown. Choose a checkpoint in Settings to read what it says."
+)
+
 CASCADE_NOTE = (
     "Basic voice: a cascade (speech recognizer → small language model → voice) that answers "
     "when you pause, not a full-duplex model. For the real thing, download Moshi or "
@@ -68,7 +89,8 @@ HELP_HTML = f"""
 interrupt it. Behind it runs the DuplexCadence engine, which the charts let you watch.</p>
 
 <h3>Talking</h3>
-<p>Press <b>Start</b> (F5). The model loads, then listens. Speak; when you pause, it answers.
+<p>Press <b>Start</b> (F5). The model loads, then listens; the next Start with the same
+model and settings keeps it loaded and begins at once. Speak; when you pause, it answers.
 Speak over it to interrupt. <b>Esc</b> or F5 stops. With push-to-talk (Settings) the model hears
 you only while you hold <b>Space</b> or the Talk button; the microphone meter is then empty
 while nothing is held, because the model hears nothing.</p>
@@ -79,6 +101,12 @@ family without its checkpoint has <b>random weights</b>: it runs exactly like th
 its "speech" is noise, played 20 dB quieter. Choose a checkpoint in Settings for speech.
 File &rarr; <i>Use a WAV file as the microphone</i> plays a recording to the model instead of
 your voice.</p>
+
+<p>The conversation fills the middle of the window, both sides as they are said; it is saved
+beside the session's trace as it goes. The <b>Engine</b> tab shows the charts.</p>
+
+<h3>Speakers and headphones</h3>
+<p>{HEADPHONES}</p>
 
 <h3>Safe listening</h3>
 <p>Volume and Mute act at once. A limiter keeps every played sample below -1 dBFS, whatever

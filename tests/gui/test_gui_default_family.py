@@ -62,3 +62,46 @@ def test_a_full_duplex_family_shows_no_cascade_note(
     window = make_window()  # the tests' small synthetic Token2Wav
     qtbot.waitExposed(window)
     assert not window.cascade_note.isVisible()
+
+
+def test_the_first_run_note_says_use_headphones_when_the_voice_plays_on_a_device(
+    gui_app: object, qtbot: QtBot, settings_file: Path, tmp_path: Path
+) -> None:
+    from app.gui.window.main_window import MainWindow
+    from app.gui.words import HEADPHONES
+    from app.gui.worker.routes import AudioRoute
+
+    window = MainWindow(
+        settings_file=settings_file, route=AudioRoute(output="device"),
+        sessions_dir=tmp_path / "sessions",
+    )  # fmt: skip
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.cascade_note.isVisible() and window.cascade_note.headphones.isVisible()
+    assert not window.cascade_note.label.isVisible()  # a full-duplex family: no cascade line
+    assert HEADPHONES in window.cascade_note.headphones.text()
+    help_text = window.open_help().browser.toPlainText()
+    assert "Speakers and headphones" in help_text and "Use headphones" in help_text
+
+
+def test_settings_grey_out_what_the_family_ignores(
+    make_window: Callable[..., MainWindow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    basic_present(monkeypatch)
+    window = make_window()
+    dialog = window.open_settings()
+    assert dialog.arm.isEnabled() and dialog.checkpoint.isEnabled() and dialog.voice.isEnabled()
+    dialog.checkpoint.setText("/somewhere/flow")
+    dialog.family.setCurrentIndex(dialog.family.findData("basic"))
+    for ignored in (dialog.arm, dialog.audit, dialog.checkpoint, dialog.voice, dialog.model_size,
+                    dialog.device, dialog.trust_code):  # fmt: skip
+        assert not ignored.isEnabled()
+        assert ignored.toolTip().startswith("Basic voice ignores this.")
+    assert dialog.settings().checkpoint is None  # not kept for a family that takes none
+    assert dialog.echo_cancel.isEnabled() and dialog.input_device.isEnabled()
+    dialog.family.setCurrentIndex(dialog.family.findData("moshi"))
+    assert dialog.arm.isEnabled() and dialog.checkpoint.isEnabled()
+    assert not dialog.voice.isEnabled() and not dialog.audit.isEnabled()  # Moshi reads neither
+    assert dialog.settings().checkpoint == Path("/somewhere/flow")
+    dialog.reject()

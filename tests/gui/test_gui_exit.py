@@ -46,7 +46,11 @@ def quit_mid_session():
         return
     if not answering or "You:" in window.transcript.text():
         print("quitting while running", flush=True)
-        window.quit_action.trigger()
+        if sys.argv[5] == "destroy":  # no close request: the window is simply gone
+            timer.stop()
+            window.deleteLater()
+        else:
+            window.quit_action.trigger()
 
 timer = QTimer()
 timer.timeout.connect(quit_mid_session)
@@ -55,10 +59,14 @@ sys.exit(app.exec())
 """
 
 
-@pytest.mark.parametrize("family", ["synthetic", "basic"])
+@pytest.mark.parametrize(
+    ("family", "how"), [("synthetic", "quit"), ("basic", "quit"), ("synthetic", "destroy")]
+)
 def test_quitting_mid_conversation_exits_cleanly(
-    tmp_path: Path, talk_wav: Path, family: str
+    tmp_path: Path, talk_wav: Path, family: str, how: str
 ) -> None:
+    """Ctrl+Q, or the window destroyed without a close request (no window, no process: the
+    conversation ends and the process exits, where it used to go on listening and answering)."""
     from app.settings import save_settings
 
     if family == "basic":
@@ -77,7 +85,7 @@ def test_quitting_mid_conversation_exits_cleanly(
         "PYTHONPATH": str(ROOT),
     }
     argv = [sys.executable, "-c", DRIVER, str(settings), str(talk_wav), str(tmp_path / "s")]
-    argv.append("answering" if family == "basic" else "any")
+    argv += ["answering" if family == "basic" else "any", how]
     done = subprocess.run(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
     )

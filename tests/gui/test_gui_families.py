@@ -18,7 +18,7 @@ from adapters.registry import family, family_keys
 from app.gui.settings.inventory import family_rows
 from app.settings import Settings
 from tests.default_family import basic_missing, basic_present
-from tests.gui.test_gui_models import _Hub
+from tests.gui.test_gui_models import _Hub, gpu_here
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
@@ -58,6 +58,7 @@ def test_moshi_downloads_from_its_row_and_becomes_the_family(
 ) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    gpu_here(monkeypatch, True)  # one press downloads (without a GPU a second press would)
     weights = {MOSHI_FILE: 7_500, MIMI_FILE: 5_000}  # float32 values: 30,000 and 20,000 bytes
     files = {name: save({"w": torch.randn(n)}) for name, n in weights.items()}  # the real format
     files[TOKENIZER_FILE] = b"t" * 500

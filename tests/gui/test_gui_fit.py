@@ -33,7 +33,7 @@ def _charts_inside(window: MainWindow) -> bool:
     return True
 
 
-def test_narrow_windows_stack_the_charts_under_the_cards_and_scroll(
+def test_narrow_windows_stack_the_main_view_under_the_cards_and_scroll(
     make_window: Callable[..., MainWindow], qtbot: QtBot
 ) -> None:
     from PySide6.QtCore import Qt
@@ -44,6 +44,9 @@ def test_narrow_windows_stack_the_charts_under_the_cards_and_scroll(
     window.resize(700, 560)
     qtbot.wait(50)
     assert window.splitter.orientation() is Qt.Orientation.Vertical
+    assert window.transcript.width() >= 600 and window.transcript.height() >= 500
+    window.show_charts()  # the charts, a tab away (Ctrl+2)
+    qtbot.wait(50)
     assert window.panel.width() >= 600  # the charts get the window's width
     assert window.panel.height() >= 500  # ... and a readable height: the page scrolls
     assert window.scroll_area.verticalScrollBar().maximum() > 0

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.gui.settings.download import PUBLIC_CHECKPOINTS
+from app.gui.settings.checkpoints import PUBLIC_CHECKPOINTS
+from app.gui.settings.plan import size_text
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
@@ -104,10 +105,17 @@ class _Hub:
         self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
 
 
+def gpu_here(monkeypatch: pytest.MonkeyPatch, present: bool) -> None:
+    """Whether the Models page finds a GPU driver (this machine has none; a fake at that
+    boundary only, so the download tests run the same everywhere)."""
+    monkeypatch.setattr("app.gui.settings.models.cuda_present", lambda: present)
+
+
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., _Hub]]:
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    gpu_here(monkeypatch, True)
     servers: list[_Hub] = []
 
     def serve(flow_size: int = 40_000, slow_s: float = 0.0) -> _Hub:
@@ -147,6 +155,8 @@ def test_a_checkpoint_downloads_only_its_files_and_fills_the_settings(
     assert settings.checkpoint.text() == str(folder)
     whole = Settings(family="synthetic", checkpoint=folder, device="cpu")
     check_settings(whole)  # whole: sizes and headers check out
+    asked = sum(len(d) for n, d in server.files.items() if n.startswith("assets/token2wav/"))
+    assert page.bar.format() == f"{size_text(asked)} of {size_text(asked)}"  # the hub's sizes
     assert not (folder.parents[1] / "model-00001-of-00009.safetensors").exists()
     assert page.bar.value() == page.bar.maximum()
     qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
@@ -165,7 +175,7 @@ def test_a_download_can_be_cancelled_and_fetches_only_the_rest_later(
     page = settings.open_models()
     page.folder.setText(str(tmp_path / "models"))
     page.download.click()
-    assert page.job is not None
+    qtbot.waitUntil(lambda: page.job is not None, timeout=30_000)  # after the hub's sizes
     big = "assets/token2wav/flow.pt"
     qtbot.waitUntil(lambda: server.sent.get(big, 0) > 100_000, timeout=30_000)
     assert page.bar.maximum() == 1000 and page.bar.value() > 0
@@ -173,7 +183,7 @@ def test_a_download_can_be_cancelled_and_fetches_only_the_rest_later(
     with qtbot.waitSignal(page.job.cancelled, timeout=30_000):
         page.cancel.click()
     qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
-    assert "Cancelled" in page.status.text()
+    assert "Cancelled" in page.status.text() and page.bar.isHidden()  # the bar stops
     root = tmp_path / "models" / "MiniCPM-o-4_5"
     whole = {name for name in server.files if (root / name).is_file()}
     assert "assets/token2wav/flow.yaml" in whole  # 8 bytes: done long before the cancel
@@ -186,3 +196,90 @@ def test_a_download_can_be_cancelled_and_fetches_only_the_rest_later(
     assert not whole & set(server.gets)  # what came down whole is not fetched again
     page.reject()
     settings.reject()
+
+
+def _page(make_window: Callable[..., MainWindow], endpoint: str, folder: Path) -> Any:
+    settings = make_window().open_settings()
+    settings.models_endpoint = endpoint
+    page = settings.open_models()
+    page.folder.setText(str(folder))
+    return page
+
+
+def test_without_a_gpu_the_size_is_said_and_a_second_press_downloads(
+    make_window: Callable[..., MainWindow], qtbot: QtBot, hub: Callable[..., _Hub],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    gpu_here(monkeypatch, False)
+    server = hub()
+    page = _page(make_window, server.endpoint, tmp_path / "models")
+    page.download.click()
+    qtbot.waitUntil(lambda: page.pending is not None, timeout=30_000)
+    asked = sum(len(d) for n, d in server.files.items() if n.startswith("assets/token2wav/"))
+    assert "needs a CUDA GPU" in page.status.text() and size_text(asked) in page.status.text()
+    assert page.download.text() == f"Download {size_text(asked)} anyway"
+    assert not server.gets and page.bar.isHidden()  # nothing came down before the answer
+    with qtbot.waitSignal(page.chosen, timeout=60_000):
+        page.download.click()
+    assert page.download.text() == "Download"
+    page.reject()
+
+
+def test_a_disk_too_small_refuses_before_anything_comes_down(
+    make_window: Callable[..., MainWindow], qtbot: QtBot, hub: Callable[..., _Hub],
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    server = hub()
+    # The disk's free space is the one thing faked (no test fills a real disk).
+    monkeypatch.setattr("app.gui.settings.plan._free_bytes", lambda folder: 10_000)
+    page = _page(make_window, server.endpoint, tmp_path / "models")
+    page.download.click()
+    qtbot.waitUntil(lambda: "free some space" in page.status.text(), timeout=30_000)
+    line = page.status.text()
+    assert "\n" not in line and "10.0 kB free" in line and "another disk" in line
+    assert not server.gets and page.bar.isHidden() and page.job is None
+    qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
+    page.reject()
+
+
+def test_offline_is_one_sentence_the_bar_stops_and_the_error_goes_with_a_new_try(
+    make_window: Callable[..., MainWindow], qtbot: QtBot, hub: Callable[..., _Hub],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on: the network is "down"
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    page = _page(make_window, dead, tmp_path / "models")
+    page.download.click()
+    qtbot.waitUntil(lambda: "cannot be reached" in page.status.text(), timeout=60_000)
+    assert "\n" not in page.status.text() and "Traceback" not in page.status.text()
+    assert page.bar.isHidden()  # no busy bar moving after the failure
+    qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
+    server = hub()
+    page.endpoint = server.endpoint  # back online
+    with qtbot.waitSignal(page.chosen, timeout=60_000):
+        page.download.click()
+    assert "cannot be reached" not in page.status.text()  # no stale error
+    assert page.status.text().startswith("Downloaded:")
+    page.reject()
+
+
+def test_every_row_shows_at_the_default_size_and_no_installation_path(
+    make_window: Callable[..., MainWindow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.default_family import basic_present
+
+    basic_present(monkeypatch)
+    page = _page(make_window, "http://127.0.0.1:9", tmp_path / "models")
+    page.show()
+    table = page.table
+    last = table.rowCount() - 1
+    assert table.visualRect(table.model().index(last, 0)).bottom() <= table.viewport().height()
+    for row in range(table.rowCount()):
+        where = table.item(row, 2).text()
+        assert "site-packages" not in where and "dist-packages" not in where
+    basic = next(r for r in range(table.rowCount()) if table.rows[r].key == "basic")
+    assert table.item(basic, 2).text() == "installed with the app"
+    page.reject()

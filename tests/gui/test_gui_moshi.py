@@ -1,5 +1,6 @@
 """Moshi in the window: the small model on the CPU in real time, 80-ms periods, its stages and
-its text, through the same session code path as the 7B."""
+its text (numbers with random weights: the transcript says so instead of showing them), through
+the same session code path as the 7B."""
 
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ def test_moshi_converses_in_the_window(
     assert window.controller.trace is not None
     header, records = read_trace(window.controller.trace)
     assert header["period_s"] == 0.08 and header["settings"]["family"] == "moshi"
-    said = "".join(r["loop"].get("text", "") for r in records).strip()
+    # The trace keeps the text tokens (numbers: random weights have no vocabulary) ...
     assert sum(bool(r["loop"].get("text")) for r in records) > len(records) // 2
-    # The transcript card shows what it said, live: one assistant line (no user recognizer).
-    shown = window.transcript.text().splitlines()
-    assert len(shown) == 1 and shown[0].endswith(f"] Assistant: {said}"), shown
+    # ... the transcript does not: it says plainly that random weights speak no words.
+    assert window.transcript.text() == ""
+    assert "Random weights speak no words" in window.transcript.view.placeholderText()
     # Real time on the CPU: the frames were computed inside their 80-ms periods.
     assert sum(r["over_budget"] for r in records) <= len(records) // 10

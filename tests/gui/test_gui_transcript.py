@@ -69,11 +69,17 @@ def test_transcript_lines_join_one_speakers_pieces() -> None:
 def test_the_transcript_shows_live_is_kept_per_session_and_is_written_and_exported(
     make_window: Callable[..., MainWindow], qtbot: QtBot, tmp_path: Path, talking_session: None
 ) -> None:
-    window = make_window()
+    window = make_window(realtime=True)  # at the talk's pace: it runs while the file is read
     with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS):
         window.start_conversation()
     qtbot.waitUntil(lambda: "w4" in window.transcript.text(), timeout=SESSION_MS)
     assert window.transcript.text().startswith("[00:00.")
+    # Written beside the trace as it goes, not only at the end (a crash must not lose it).
+    assert window.controller.trace is not None
+    live = transcript_path(window.controller.trace)
+    qtbot.waitUntil(lambda: live.is_file() and "w4" in live.read_text(), timeout=SESSION_MS)
+    assert window.controller.state.value == "running"
+    assert "Saved as it goes to" in window.transcript.note.text()
     lines = window.transcript.text().splitlines()
     assert [line.split("] ")[1] for line in lines[:3]] == [
         "Assistant: w0", "You: how are you", "Assistant: w2 w4"

@@ -10,7 +10,10 @@ periods arrive (about once a second), so the 20 Hz GUI timer costs almost nothin
     memory       MiB: GPU allocated/reserved/peak, or CPU resident/peak
     stages       ms per period, stacked: backbone, flow, vocoder
 
-Arm switches are dashed vertical lines on every chart, labelled with the new arm.
+Arm switches are dashed vertical lines on every chart, labelled with the new arm. Only the
+charts that apply to the running model are shown (:meth:`LivePanel.show_for`: a model that
+replays nothing has no replay or capture chart), and a new session starts with no series of the
+last one's (:meth:`LivePanel.clear`).
 """
 
 from __future__ import annotations
@@ -155,18 +158,15 @@ class LivePanel(QWidget):
         self.captures = new_plot(c, CAPTURES_TITLE, "graphs", row=2, col=0)
         self.memory = new_plot(c, "Memory", "MiB", row=3, col=0)
         self.stages = new_plot(c, "Time per stage per period", "ms", row=4, col=0)
-        for row, stretch in enumerate((5, 4, 3, 3, 4)):
-            c.layout.setRowStretchFactor(row, stretch)
         # One column, one time axis: the same moment (an arm switch) at the same x on every
-        # chart. The axes share their left width (new_plot), so linked views line up.
-        self.plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
-        for plot, tip in zip(self.plots, CHART_TIPS, strict=True):
+        # chart. The axes share their left width (new_plot), and redraw sets one x range on all.
+        self.all_plots = [self.cadence, self.replay, self.captures, self.memory, self.stages]
+        self.plots = list(self.all_plots)  # the charts shown (show_for)
+        self._stretch = dict(zip(map(id, self.all_plots), (5, 4, 3, 3, 4), strict=True))
+        for plot, tip in zip(self.all_plots, CHART_TIPS, strict=True):
             plot.setToolTip(tip)
         self._build_cadence()
-        for plot in self.plots[:-1]:  # only the bottom chart labels the shared time axis
-            plot.getAxis("bottom").setStyle(showValues=False)
-            plot.setLabel("bottom", "")
-            plot.setXLink(self.stages)
+        self._label_time_axis()
         legend(self.replay, columns=3)
         self.hits = Bars(self.replay, theme.HITS, "replayed")
         self.misses: dict[str, Bars] = {}
@@ -181,6 +181,34 @@ class LivePanel(QWidget):
         self.stage_bars: dict[str, Bars] = {}
         self.markers = ArmMarkers(self.plots)
         self._switches_drawn = 0
+
+    def _label_time_axis(self) -> None:
+        """Only the bottom chart shown labels the shared time axis."""
+        for plot in self.all_plots:
+            bottom = plot is self.plots[-1]
+            plot.getAxis("bottom").setStyle(showValues=bottom)
+            plot.setLabel("bottom", "session time (s)" if bottom else "", color=theme.TEXT_DIM,
+                          **{"font-size": "7.5pt"})  # fmt: skip
+
+    def show_for(self, replays: bool, timed: bool) -> None:
+        """Show only the charts that apply: replay and captures when the model has a replay
+        engine (``replays``), stages when its periods time stages (``timed``)."""
+        shown = [self.cadence]
+        shown += [self.replay, self.captures] if replays else []
+        shown += [self.memory] + ([self.stages] if timed else [])
+        if shown == self.plots:
+            return
+        layout = self.canvas.ci
+        for plot in self.plots:
+            layout.removeItem(plot)
+        for row in range(len(self.all_plots)):
+            layout.layout.setRowStretchFactor(row, 0)
+        for row, plot in enumerate(shown):
+            layout.addItem(plot, row=row, col=0)
+            layout.layout.setRowStretchFactor(row, self._stretch[id(plot)])
+        self.plots = shown
+        self.markers.plots = shown
+        self._label_time_axis()
 
     def _build_cadence(self) -> None:
         """Processing time per period (dots; red when over budget), the budget, p50 and p95."""
@@ -266,12 +294,29 @@ class LivePanel(QWidget):
             return
         self.history.clear()
         self.markers.clear()
+        self._forget_series()
         for line in self.hover_lines:
             line.hide()
         self.readout.setText(HOVER_HINT)
         self.stack.setCurrentWidget(self.placeholder)
         self._switches_drawn = 0
         self.redraw()
+
+    def _forget_series(self) -> None:
+        """Remove the series the last session brought (miss reasons, memory keys, stages), so
+        a new session's legends list only its own."""
+        for bars in self.misses.values():
+            bars.remove(self.replay)
+        for bars in self.stage_bars.values():
+            bars.remove(self.stages)
+        for line in self.memory_lines.values():
+            self.memory.removeItem(line)
+        self.misses.clear()
+        self.stage_bars.clear()
+        self.memory_lines.clear()
+        for plot in (self.memory, self.replay, self.stages):
+            if plot.legend is not None:
+                plot.legend.setVisible(bool(plot.legend.items))
 
     def add(self, views: list[PeriodView]) -> None:
         """Append newly arrived periods and redraw (nothing to do for an empty list)."""
@@ -299,8 +344,9 @@ class LivePanel(QWidget):
             step = self.span_s / 30
             right = max(np.ceil((t[-1] + period) / step) * step, min(self.span_s, 30.0))
             left = max(0.0, right - self.span_s)
-            if self.stages.getViewBox().state["targetRange"][0] != [left, right]:
-                self.stages.setXRange(left, right, padding=0)  # the others are linked to it
+            for plot in self.plots:
+                if plot.getViewBox().state["targetRange"][0] != [left, right]:
+                    plot.setXRange(left, right, padding=0)
         self.summary.refresh(self.history)
 
     def _draw_cadence(self, views: list[PeriodView], t: np.ndarray) -> None:

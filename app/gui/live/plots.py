@@ -146,6 +146,12 @@ class Bars:
         self.item.setOpts(x=x, height=height, y0=y0, width=self.width)
         self._show(bool(np.any(height)))
 
+    def remove(self, plot: pg.PlotItem) -> None:
+        """Take the series off ``plot`` and its legend (a new session starts without it)."""
+        plot.removeItem(self.item)  # the plot's legend forgets it too
+        if self._legend is not None:
+            self._legend.setVisible(bool(self._legend.items))
+
     def _show(self, visible: bool) -> None:
         if visible == self.item.isVisible():
             return
@@ -162,7 +168,7 @@ class ArmMarkers:
     """Vertical dashed lines where the arm switched, on every chart; labelled on the first."""
 
     def __init__(self, plots: list[pg.PlotItem]) -> None:
-        self._plots = plots
+        self.plots = plots
         self._lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
         self.count = 0
 
@@ -174,7 +180,7 @@ class ArmMarkers:
             "position": 0.74,  # below the legend strip that tops every chart
             "fill": pg.mkBrush(QColor(23, 25, 29, 200)),
         }
-        for i, plot in enumerate(self._plots):
+        for i, plot in enumerate(self.plots):
             line = pg.InfiniteLine(
                 pos=t_s,
                 angle=90,

@@ -56,14 +56,15 @@ SIZE_LABELS = {
 ARM_HELP = {arm: f"{arm.value} — {ARM_WORDS[arm]}" for arm in Arm}
 
 
-def _path_row(edit: QLineEdit, browse: QPushButton, what: str) -> QHBoxLayout:
+def _path_row(edit: QLineEdit, browse: QPushButton, what: str) -> tuple[QHBoxLayout, QPushButton]:
+    """The path field, its Browse and Clear buttons in a row; returns the row and Clear."""
     clear = explain(QPushButton("Clear"), f"clear the {what}", f"Forget the {what}.")
     clear.clicked.connect(edit.clear)
     row = QHBoxLayout()
     row.addWidget(edit, 1)
     row.addWidget(browse)
     row.addWidget(clear)
-    return row
+    return row, clear
 
 
 def _combo(items: list[tuple[str, Any]], current: Any) -> QComboBox:
@@ -121,6 +122,20 @@ class SettingsDialog(QDialog):
             edit.textChanged.connect(self._edited)
         for check in (self.audit, self.echo_cancel, self.push_to_talk):
             check.toggled.connect(self._edited)
+        self.family.currentIndexChanged.connect(self._follow_family)
+        self._follow_family()
+
+    def _follow_family(self) -> None:
+        """Grey out what the chosen family ignores (its ``reads``), saying why."""
+        face = family(self.family.currentData())
+        for name, widgets in self._reads.items():
+            used = name in face.reads
+            for widget in widgets:
+                widget.setEnabled(used)
+                tip = widget.accessibleDescription()
+                widget.setToolTip(
+                    tip if used else f"{face.title.split(':')[0]} ignores this. {tip}"
+                )
 
     def _edited(self) -> None:
         """A field changed: an error about the old values no longer holds."""
@@ -185,14 +200,24 @@ class SettingsDialog(QDialog):
         )  # fmt: skip
         form.addRow("Family", self.family)
         form.addRow("Size", self.model_size)
-        checkpoint_row = _path_row(self.checkpoint, browse, "checkpoint folder")
+        checkpoint_row, clear_checkpoint = _path_row(self.checkpoint, browse, "checkpoint folder")
         checkpoint_row.insertWidget(2, fetch)
         form.addRow("Checkpoint folder", checkpoint_row)
         form.addRow("", self.trust_code)
-        form.addRow("Voice prompt", _path_row(self.voice, browse_voice, "voice prompt"))
+        voice_row, clear_voice = _path_row(self.voice, browse_voice, "voice prompt")
+        form.addRow("Voice prompt", voice_row)
         self.role = role_field(s.role)
         form.addRow("Role", self.role)
         form.addRow("Compute device", self.device)
+        # The fields each family may ignore (Family.reads names them); Models… serves all.
+        self._reads: dict[str, list[QWidget]] = {
+            "model_size": [self.model_size],
+            "checkpoint": [self.checkpoint, browse, clear_checkpoint],
+            "trust_checkpoint_code": [self.trust_code],
+            "voice": [self.voice, browse_voice, clear_voice],
+            "role": [self.role],
+            "device": [self.device],
+        }
         return box
 
     def _engine_group(self, s: Settings) -> QGroupBox:
@@ -213,6 +238,7 @@ class SettingsDialog(QDialog):
         self.audit.setChecked(s.audit)
         form.addRow("Ablation arm", self.arm)
         form.addRow("", self.audit)
+        self._reads.update(arm=[self.arm], audit=[self.audit])
         return box
 
     def _audio_group(self, s: Settings) -> QGroupBox:
@@ -294,6 +320,9 @@ class SettingsDialog(QDialog):
         inp: DeviceChoice = self.input_device.currentData()
         out: DeviceChoice = self.output_device.currentData()
         checkpoint, voice = self.checkpoint.text().strip(), self.voice.text().strip()
+        reads = family(self.family.currentData()).reads  # what it ignores is not kept for it
+        checkpoint = checkpoint if "checkpoint" in reads else ""
+        voice = voice if "voice" in reads else ""
         return dataclasses.replace(
             self._base,
             family=self.family.currentData(),

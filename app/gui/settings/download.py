@@ -13,61 +13,28 @@ from __future__ import annotations
 
 import io
 import threading
+import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal
 
-from adapters.moshi.config import MIMI_FILE, MOSHI_FILE, TOKENIZER_FILE
+from app.gui.settings.checkpoints import PUBLIC_CHECKPOINTS, PublicCheckpoint
+from app.gui.settings.plan import DownloadPlan, hub_sentence, plan_download
 
-__all__ = ["PUBLIC_CHECKPOINTS", "CheckpointDownload", "PublicCheckpoint"]
-
-
-@dataclass(frozen=True)
-class PublicCheckpoint:
-    """A checkpoint a user may download: its hub repository and the files the app needs."""
-
-    title: str
-    repo_id: str
-    patterns: tuple[str, ...]  # allow_patterns: only these files come down
-    subfolder: str  # the checkpoint folder inside the download (Settings points at it)
-    needs: str  # what comes down, in words
-    family: str  # the family (adapters.registry key) that loads it
-
-    @property
-    def folder_name(self) -> str:
-        """The download's folder inside the models folder: the repository's name."""
-        return self.repo_id.split("/")[-1]
-
-
-PUBLIC_CHECKPOINTS = (
-    PublicCheckpoint(
-        "MiniCPM-o 4.5 voice (Token2Wav)", "openbmb/MiniCPM-o-4_5",
-        ("assets/token2wav/*",), "assets/token2wav",
-        "its flow and vocoder (flow.yaml, flow.pt, hift_original.pt); real time needs a GPU",
-        "synthetic",
-    ),
-    PublicCheckpoint(
-        "Moshi (Kyutai) 7B", "kyutai/moshiko-pytorch-bf16",
-        (MOSHI_FILE, MIMI_FILE, TOKENIZER_FILE), "",
-        "the 7B in bf16, its Mimi codec and its text tokenizer", "moshi",
-    ),
-    PublicCheckpoint(
-        "MiniCPM-o 4.5, the whole model", "openbmb/MiniCPM-o-4_5", ("*",), "",
-        "the whole checkpoint: its weights, its own code and the Token2Wav voice", "minicpmo45",
-    ),
-)  # fmt: skip
+__all__ = ["PUBLIC_CHECKPOINTS", "CheckpointDownload", "PlanJob", "PublicCheckpoint"]
 
 
 class DownloadCancelled(Exception):
     """Raised inside the download when the user cancels it."""
 
 
-def _progress_class(report: Callable[[int, int], None], cancelled: threading.Event) -> type:
-    """A tqdm class that reports the hub's byte counts and stops the download on cancel."""
+def _progress_class(report: Callable[[int], None], cancelled: threading.Event) -> type:
+    """A tqdm class that reports the bytes come down so far and stops the download on cancel."""
     from tqdm import tqdm
+
+    seen: dict[int, int] = {}  # each byte bar's count
 
     class _Progress(tqdm):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,20 +46,20 @@ def _progress_class(report: Callable[[int, int], None], cancelled: threading.Eve
             if cancelled.is_set():
                 raise DownloadCancelled
             result: bool | None = super().update(n)
-            if self.unit == "B":
-                report(int(self.n), int(self.total or 0))
+            if self.unit == "B" and n:  # the bytes written, and beside them the bytes received:
+                seen[id(self)] = int(self.n)  # the same download twice, so the larger counts
+                report(max(seen.values()))
             return result
 
     return _Progress
 
 
-class CheckpointDownload(QThread):
-    """``snapshot_download(repo_id)`` into ``folder``; see the module doc."""
+class PlanJob(QThread):
+    """:func:`~app.gui.settings.plan.plan_download` off the GUI thread: ``planned(plan)`` or
+    ``failed(sentence)``. ``plan`` is what :class:`CheckpointDownload` counts against."""
 
-    progress = Signal(int, int)  # bytes so far, bytes in all (0 while unknown)
-    done = Signal(str)  # the checkpoint folder inside ``folder``
-    failed = Signal(str)  # what went wrong and the fix
-    cancelled = Signal()
+    planned = Signal(object)  # DownloadPlan
+    failed = Signal(str)
 
     def __init__(
         self,
@@ -100,9 +67,34 @@ class CheckpointDownload(QThread):
         folder: Path,
         endpoint: str | None = None,
         parent: QObject | None = None,
+        plan: DownloadPlan | None = None,
     ) -> None:
         super().__init__(parent)
         self.checkpoint, self.folder, self.endpoint = checkpoint, folder, endpoint
+        self.plan = plan
+
+    def run(self) -> None:
+        try:
+            plan = plan_download(self.checkpoint, self.folder, self.endpoint)
+        except Exception as error:  # the network, the hub: one sentence; details to the terminal
+            traceback.print_exc()
+            self.failed.emit(hub_sentence(error, self.checkpoint.repo_id, self.folder))
+            return
+        self.planned.emit(plan)
+
+
+class CheckpointDownload(PlanJob):
+    """``snapshot_download(repo_id)`` into ``folder``; see the module doc. ``plan``: what the
+    hub said comes down (the progress counts against it)."""
+
+    progress = Signal(int, int)  # bytes so far, bytes in all (0 while unknown)
+    done = Signal(str)  # the checkpoint folder inside ``folder``
+    failed = Signal(str)  # what went wrong and the fix
+    cancelled = Signal()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.received = 0  # bytes come down in this download
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -112,7 +104,7 @@ class CheckpointDownload(QThread):
     def run(self) -> None:
         from huggingface_hub import constants, snapshot_download
 
-        progress = _progress_class(self.progress.emit, self._cancel)
+        progress = _progress_class(self._received, self._cancel)
         # A model family may keep the hub off for its loading (MiniCPM-o's checkpoint code runs
         # with HF_HUB_OFFLINE set); a download the user asked for is the one call that goes out.
         constants.HF_HUB_OFFLINE = False
@@ -133,9 +125,12 @@ class CheckpointDownload(QThread):
             if self._cancel.is_set():
                 self.cancelled.emit()
                 return
-            self.failed.emit(
-                f"Downloading {self.checkpoint.repo_id} failed ({error}): check the connection "
-                f"and that {self.folder} is writable, then download again (whole files are kept)."
-            )
+            traceback.print_exc()
+            self.failed.emit(hub_sentence(error, self.checkpoint.repo_id, self.folder))
             return
         self.done.emit(str(self.folder / self.checkpoint.subfolder))
+
+    def _received(self, n: int) -> None:
+        self.received = n
+        total = self.plan.to_fetch if self.plan is not None else 0
+        self.progress.emit(self.received, max(total, self.received) if total else 0)

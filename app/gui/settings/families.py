@@ -10,13 +10,26 @@ from PySide6.QtWidgets import QAbstractItemView, QPushButton, QTableWidget, QTab
 
 from adapters.face import gib
 from app.gui.a11y import explain
-from app.gui.settings.download import PublicCheckpoint
+from app.gui.settings.checkpoints import PublicCheckpoint
 from app.gui.settings.inventory import FamilyRow, family_rows
 from app.settings import Settings
 
 __all__ = ["FamiliesTable"]
 
 COLUMNS = ("Model", "Installed", "Where", "On disk", "Needs", "")
+INSTALLED_WITH_APP = "installed with the app"  # packages in the app's Python, not a folder of yours
+
+
+def where_text(folders: tuple[Path, ...]) -> str:
+    """Folders as the user knows them: a checkpoint's path; the app's own Python packages are
+    "installed with the app", never a ``site-packages`` path."""
+    shown: list[str] = []
+    for folder in folders:
+        parts = set(folder.parts)
+        text = INSTALLED_WITH_APP if parts & {"site-packages", "dist-packages"} else str(folder)
+        if text not in shown:
+            shown.append(text)
+    return "\n".join(shown) or "—"
 
 
 class FamiliesTable(QTableWidget):
@@ -51,7 +64,7 @@ class FamiliesTable(QTableWidget):
             cells = (
                 row.title,
                 "yes" if row.installed else f"no — {row.status}",
-                "\n".join(str(p) for p in row.where) or "—",
+                where_text(row.where),
                 gib(row.size_bytes) if row.where else "—",
                 row.needs,
             )
@@ -62,6 +75,11 @@ class FamiliesTable(QTableWidget):
             if row.download is not None:
                 self.setCellWidget(index, len(cells), self._button(row.key, row.download))
         self.resizeRowsToContents()
+        # Every row in view at the dialog's default size: the table is as tall as its rows.
+        rows = sum(self.rowHeight(i) for i in range(self.rowCount()))
+        header = self.horizontalHeader().sizeHint().height()
+        scroll = self.horizontalScrollBar().sizeHint().height()  # should the columns overflow
+        self.setMinimumHeight(header + rows + scroll + 2 * self.frameWidth() + 2)
 
     def _button(self, key: str, checkpoint: PublicCheckpoint) -> QPushButton:
         button = explain(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from adapters.face import FamilyError, ModelRequest
 from adapters.registry import family, family_keys
-from app.gui.settings.download import PUBLIC_CHECKPOINTS, PublicCheckpoint
+from app.gui.settings.checkpoints import PUBLIC_CHECKPOINTS, PublicCheckpoint
 from app.settings import Settings
 
 __all__ = ["FamilyRow", "disk_bytes", "family_rows"]

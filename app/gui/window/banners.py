@@ -10,12 +10,12 @@ stays until dismissed; the app keeps running.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from adapters.registry import family
 from app.gui import theme
 from app.gui.a11y import explain
-from app.gui.words import CASCADE_NOTE
+from app.gui.words import CASCADE_NOTE, HEADPHONES
 from app.settings import Settings
 
 __all__ = [
@@ -73,20 +73,28 @@ def model_line(settings: Settings) -> str:
 
 
 class CascadeNote(QFrame):
-    """One plain line while the chosen family is a cascade, not a full-duplex model."""
+    """The first-run note: one plain line while the chosen family is a cascade, not a
+    full-duplex model, and the headphones hint while the voice plays on a device."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("card")
         self.label = explain(QLabel(CASCADE_NOTE), "about the basic voice", CASCADE_NOTE)
-        self.label.setObjectName("hint")
-        self.label.setWordWrap(True)
-        layout = QHBoxLayout(self)
+        self.headphones = explain(QLabel(f"🎧 {HEADPHONES}"), "headphones", HEADPHONES)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 6, 8, 6)
-        layout.addWidget(self.label, 1)
+        layout.setSpacing(2)
+        for label in (self.label, self.headphones):
+            label.setObjectName("hint")
+            label.setWordWrap(True)
+            layout.addWidget(label)
 
-    def show_for(self, settings: Settings) -> None:
-        self.setVisible(not family(settings.family).full_duplex)
+    def show_for(self, settings: Settings, speakers: bool = False) -> None:
+        """``speakers``: the assistant plays on an output device (not only recorded)."""
+        cascade = not family(settings.family).full_duplex
+        self.label.setVisible(cascade)
+        self.headphones.setVisible(speakers)
+        self.setVisible(cascade or speakers)
 
 
 class ErrorStrip(QFrame):

@@ -1,4 +1,6 @@
-"""The cards of the window's left column: conversation state and meters, and the session facts."""
+"""The cards of the window's left column: conversation state and meters, and the session facts.
+
+The transcript, the window's main view, is :mod:`app.gui.window.transcript_view`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
     QSlider,
     QVBoxLayout,
@@ -21,9 +22,8 @@ from app.gui.meters.level_meter import LevelMeter
 from app.gui.theme import card_title
 from app.gui.window.state_indicator import StateIndicator
 from app.gui.worker.controls import GAIN_RANGE_DB, VOLUME_RANGE_DB
-from app.transcript import Transcript
 
-__all__ = ["ConversationCard", "SessionCard", "TranscriptCard"]
+__all__ = ["ConversationCard", "SessionCard"]
 
 
 def _slider(low_high: tuple[int, int], value: int) -> QSlider:
@@ -145,47 +145,3 @@ class SessionCard(QFrame):
 
     def value(self, key: str) -> str:
         return self.values[key].text()
-
-
-class TranscriptCard(QFrame):
-    """The conversation's transcript, live: a line per turn, kept until the next session."""
-
-    PLACEHOLDER = (
-        "What you and the assistant say appears here, for models that produce text (yours "
-        "where the model runs a speech recognizer). A model that speaks without text leaves "
-        "it empty."
-    )
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("card")
-        self.transcript = Transcript()
-        self.view = explain(
-            QPlainTextEdit(), "transcript",
-            "What was said in this conversation, a line per turn; Export writes it as a "
-            "text file beside the trace.",
-        )  # fmt: skip
-        self.view.setReadOnly(True)
-        self.view.setPlaceholderText(self.PLACEHOLDER)
-        self.view.setMinimumHeight(70)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 10, 12, 12)
-        layout.setSpacing(6)
-        layout.addWidget(card_title("Transcript"))
-        layout.addWidget(self.view, 1)
-
-    def add_period(self, t_s: float, heard: str, said: str) -> None:
-        """Add one period's two sides (``Transcript.add_period``): "You: …", "Assistant: …"."""
-        if not heard.strip() and not said.strip():
-            return
-        self.transcript.add_period(t_s, heard, said)
-        self.view.setPlainText(self.transcript.text())
-        bar = self.view.verticalScrollBar()
-        bar.setValue(bar.maximum())
-
-    def clear(self) -> None:
-        self.transcript = Transcript()
-        self.view.clear()
-
-    def text(self) -> str:
-        return self.view.toPlainText()

@@ -1,72 +1,75 @@
-"""The main window: conversation controls, state and meters, session facts, the live panel.
+"""The main window: the conversation at the centre, the cards beside it, the charts a tab away.
 
-The GUI thread only draws: a 20 Hz timer drains the engine's period views into the live panel,
-moves the meters and the state lamp, and shows the event-loop latency the probe measures. Every
-long task runs elsewhere — the session build and the conversation on the engine thread, settings
-validation and exports on pool threads — so the window never freezes.
+The GUI thread only draws: a 20 Hz timer drains the engine's period views into the transcript
+and the charts, moves the meters and the state lamp, and shows the event-loop latency the probe
+measures. Every long task runs elsewhere — the session build and the conversation on the engine
+thread, settings validation and exports on pool threads — so the window never freezes.
+
+Its parts, by concern: :mod:`~app.gui.window.layout` (what stands where, narrow and wide),
+:mod:`~app.gui.window.menus` (commands, shortcuts, menus), :mod:`~app.gui.window.geometry`
+(size, screen, what ``window.ini`` remembers) and :mod:`~app.gui.window.session_view` (what the
+conversation shows). This module holds the commands and wires them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QSettings, QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence, QResizeEvent
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QKeyEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
-    QFrame,
     QLabel,
     QLineEdit,
     QMainWindow,
     QMessageBox,
     QProgressBar,
-    QScrollArea,
-    QSplitter,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.gui.collector import GuiThreadCollector
 from app.gui.export.dialog import ExportDialog
 from app.gui.export.flow import ExportFlow
-from app.gui.live.panel import LivePanel
 from app.gui.probe import LatencyProbe
 from app.gui.settings.dialog import SettingsDialog
-from app.gui.window.banners import (
-    CascadeNote,
-    ErrorStrip,
-    SyntheticBanner,
-    model_line,
-    random_weights,
-)
-from app.gui.window.cards import ConversationCard, SessionCard, TranscriptCard
+from app.gui.window import geometry
 from app.gui.window.help import HelpDialog
+from app.gui.window.layout import MainView
+from app.gui.window.menus import Slots, WindowActions, build_menus
+from app.gui.window.session_view import SessionDisplay
 from app.gui.window.toolbar import MainToolBar
-from app.gui.words import ABOUT_HTML, CPU_NOTE, NO_ARMS
+from app.gui.words import ABOUT_HTML
 from app.gui.worker.controller import EngineController, EngineState
 from app.gui.worker.routes import AudioRoute
-from app.gui.worker.worker import SessionInfo
-from app.settings import (
-    Settings,
-    SettingsError,
-    fall_back,
-    load_settings,
-    save_settings,
-    settings_path,
-)
-from app.transcript import audio_time
+from app.settings import Settings, SettingsError, fall_back, load_settings, save_settings
+from app.settings import settings_path as default_settings_path
 from engine.arms import Arm
 
 __all__ = ["MainWindow"]
 
-_STAGE_TEXT = {"loading": "Loading weights", "capture": "Warming up and capturing graphs"}
 _LIVE_FIELDS = ("arm",)  # what changes without a restart (the rest at the next Start)
-NARROW_PX = 1000  # content narrower than this puts the charts under the cards
-PLAYING_DBFS = -50.0  # the assistant meter above this: its voice is still playing
-CHARTS_MIN_H = 720  # the five charts' least height when stacked (the page scrolls instead)
+
+
+class _Lifeline:
+    """Ends the conversation and the app when the window is destroyed without being closed
+    (no window, no process). Not the window's child: it outlives the window's C++ object."""
+
+    def __init__(self, controller: EngineController) -> None:
+        self.controller = controller
+        self.closed = False
+
+    def window_gone(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.controller.blockSignals(True)  # nothing is left to draw what it reports
+        self.controller.shutdown(timeout_s=30.0)
+        app = QApplication.instance()
+        if app is not None:
+            app.quit()
 
 
 class MainWindow(QMainWindow):
@@ -84,25 +87,27 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("DuplexCadence")
-        self.settings_file = settings_file or settings_path()
+        self.settings_file = settings_file or default_settings_path()
+        self.store = geometry.WindowStore(self.settings_file)
         self.route = route or AudioRoute()
-        self.controller = EngineController(sessions_dir, parent=self)
+        # No parent: the controller outlives a destroyed window long enough to end the talk.
+        self.controller = EngineController(sessions_dir)
+        self.lifeline = _Lifeline(self.controller)
+        self.destroyed.connect(partial(_Lifeline.window_gone, self.lifeline))
         self.probe = LatencyProbe(parent=self)
         self.collector = GuiThreadCollector(parent=self)
         self.exports = ExportFlow(self.controller, export_dir, parent=self)
         self.settings_dialog: SettingsDialog | None = None
         self.help_dialog: HelpDialog | None = None
-        self._clear_charts = False
-        self._last_phase = "idle"  # the model's phase in the last period drawn
-        self._arms_apply = True  # whether the running session has arms to switch (basic: none)
-        self._push_to_talk = False  # the running (or next) session's mode; Space holds the mic
+        self.push_to_talk = False  # the running (or next) session's mode; Space holds the mic
         self._build()
+        self.display = SessionDisplay(self)
         self.settings = self._load_settings()
         self._connect()
-        self._show_idle()
+        self.display.show_idle()
         self._flag_missing_checkpoint()
-        self._restore_geometry()
-        self._restore_audio_controls()
+        self.store.restore(self, self.view)
+        self.store.restore_audio(self.conversation)
         self._timer = QTimer(self)
         self._timer.setInterval(50)  # 20 Hz: DESIGN.md asks 10-30 Hz
         self._timer.timeout.connect(self._tick)
@@ -115,130 +120,41 @@ class MainWindow(QMainWindow):
 
     # -- construction ------------------------------------------------------------------------
 
-    def _build_actions(self) -> None:
-        """The window's commands: shortcuts live here (window-wide), menus and buttons share."""
-
-        def action(text: str, keys: str | None, tip: str, slot: Callable[[], object]) -> QAction:
-            act = QAction(text, self)
-            if keys:
-                act.setShortcut(QKeySequence(keys))
-                act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            act.setToolTip(f"{tip} ({keys})" if keys else tip)
-            act.setStatusTip(tip)
-            act.triggered.connect(slot)
-            self.addAction(act)  # shortcuts work even while the menu bar is hidden
-            return act
-
-        self.start_action = action(
-            "&Start conversation", "F5", "Start or stop the conversation", self.toggle_conversation
-        )
-        self.stop_action = action(
-            "S&top conversation", "Esc", "Stop after the period in flight", self.stop_conversation
-        )
-        self.wav_action = action(
-            "Use a &WAV file as the microphone…", None,
-            "Play a recording to the model instead of the microphone (from the next Start)",
-            self.choose_input_wav,
-        )  # fmt: skip
-        self.device_action = action(
-            "Use the &microphone device", None,
-            "Hear the microphone chosen in Settings again (from the next Start)",
-            lambda: self.use_input_wav(None),
-        )  # fmt: skip
-        self.settings_action = action(
-            "S&ettings…", "Ctrl+,", "Model, engine and audio settings", self.open_settings
-        )
-        self.export_action = action(
-            "&Export…", "Ctrl+E", "Export the session's trace, audio and transcript",
-            self.open_export,
-        )  # fmt: skip
-        self.quit_action = action("&Quit", "Ctrl+Q", "Stop and close the window", self.close)
-        self.help_action = action(
-            "DuplexCadence &Help", "F1", "What the window shows, in plain words", self.open_help
-        )
-        self.about_action = action("&About DuplexCadence", None, "Version and credits", self.about)
-
-    def _build_menus(self) -> None:
-        bar = self.menuBar()
-        file = bar.addMenu("&File")
-        for act in (self.start_action, self.stop_action, None, self.wav_action,
-                    self.device_action, None, self.export_action, self.settings_action, None,
-                    self.quit_action):  # fmt: skip
-            if act is None:
-                file.addSeparator()
-            else:
-                file.addAction(act)
-        self.view_menu = bar.addMenu("&View")
-        self.transcript_action = self.view_menu.addAction("&Transcript")
-        self.transcript_action.setCheckable(True)
-        self.transcript_action.setChecked(True)
-        self.transcript_action.setToolTip("Show or hide the transcript of the conversation")
-        self.transcript_action.toggled.connect(lambda on: self.transcript.setVisible(on))
-        self.reset_layout_action = self.view_menu.addAction("&Reset the layout")
-        self.reset_layout_action.triggered.connect(self.reset_layout)
-        help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self.help_action)
-        help_menu.addAction(self.about_action)
-        for menu in (file, self.view_menu, help_menu):
-            menu.setToolTipsVisible(True)
-
     def _build(self) -> None:
-        self._build_actions()
-        self._build_menus()
+        self.actions_ = WindowActions(self, Slots(
+            toggle=self.toggle_conversation, stop=self.stop_conversation,
+            choose_wav=self.choose_input_wav, use_device=lambda: self.use_input_wav(None),
+            settings=self.open_settings, export=self.open_export, quit=self.close,
+            help=self.open_help, about=self.about, show_conversation=self.show_conversation,
+            show_charts=self.show_charts, reset_layout=self.reset_layout,
+        ))  # fmt: skip
+        a = self.actions_
+        self.start_action, self.stop_action, self.wav_action = a.start, a.stop, a.wav
+        self.device_action, self.settings_action, self.export_action = (
+            a.device,
+            a.settings,
+            a.export,
+        )
+        self.quit_action, self.help_action, self.about_action = a.quit, a.help, a.about
+        self.view_menu = build_menus(self, a)
         self.toolbar = MainToolBar(self.settings_action, self.export_action, self)
         self.addToolBar(self.toolbar)
-        self.banner = SyntheticBanner()
-        self.cascade_note = CascadeNote()
-        self.error_strip = ErrorStrip()
-        self.conversation = ConversationCard()
-        self.session_card = SessionCard()
-        self.transcript = TranscriptCard()
-        self.panel = LivePanel()
-        left = QWidget()
-        column = QVBoxLayout(left)
-        column.setContentsMargins(0, 0, 0, 0)
-        column.setSpacing(8)
-        column.addWidget(self.conversation)
-        column.addWidget(self.panel.summary)
-        column.addWidget(self.session_card)
-        column.addWidget(self.transcript, 1)
-        left.setMinimumWidth(290)
-        self.left_column = left
-        # Wide: the cards scroll on their own and the charts keep the window's height.
-        self.left_scroll = QScrollArea()
-        self.left_scroll.setWidgetResizable(True)
-        self.left_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.left_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.left_scroll.setWidget(left)
-        self.left_scroll.setMinimumWidth(300)
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.left_scroll)
-        self.splitter.addWidget(self.panel)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([360, 1000])
-        central = self.content = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(10, 8, 10, 8)
-        layout.setSpacing(8)
-        layout.addWidget(self.banner)
-        layout.addWidget(self.cascade_note)
-        layout.addWidget(self.error_strip)
-        layout.addWidget(self.splitter, 1)
-        # Below the content's minimum the window scrolls instead of cutting or squashing it.
-        self.scroll_area = QScrollArea()
-        self.scroll_area.setWidgetResizable(True)
-        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll_area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # it scrolls to the focus itself
-        self.scroll_area.setWidget(central)
-        self.setCentralWidget(self.scroll_area)
+        view = self.view = self.scroll_area = MainView()
+        self.banner, self.cascade_note, self.error_strip = (
+            view.banner,
+            view.cascade_note,
+            view.error_strip,
+        )
+        self.conversation, self.session_card = view.conversation, view.session_card
+        self.transcript, self.panel, self.splitter = view.transcript, view.panel, view.splitter
+        self.setCentralWidget(view)
         self._build_status_bar()
 
     def _build_status_bar(self) -> None:
         """Load progress, the status line, and the event-loop latency on the right."""
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
-        self.progress.setFixedWidth(220)
+        self.progress.setFixedWidth(260)
         self.progress.hide()
         self.status_text = QLabel()
         self.latency = QLabel()
@@ -253,7 +169,7 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.latency)
 
     def _connect(self) -> None:
-        tb, c = self.toolbar, self.controller
+        tb, c, d = self.toolbar, self.controller, self.display
         tb.start_button.clicked.connect(self.start_action.trigger)
         tb.arm_chosen.connect(self.switch_arm)
         self.exports.started.connect(
@@ -267,11 +183,11 @@ class MainWindow(QMainWindow):
         card.volume.valueChanged.connect(lambda v: setattr(c.controls, "volume_db", float(v)))
         card.mute.toggled.connect(lambda on: setattr(c.controls, "muted", on))
         self.banner.open_settings.connect(self.open_settings)
-        c.state_changed.connect(self._on_state)
-        c.progress.connect(self._on_progress)
-        c.ready.connect(self._on_ready)
-        c.failed.connect(self._on_failed)
-        c.ended.connect(self._on_ended)
+        c.state_changed.connect(d.on_state)
+        c.progress.connect(d.on_progress)
+        c.ready.connect(d.on_ready)
+        c.failed.connect(d.on_failed)
+        c.ended.connect(d.on_ended)
 
     def _load_settings(self) -> Settings:
         try:
@@ -293,77 +209,28 @@ class MainWindow(QMainWindow):
                 "(Model > Checkpoint folder), or clear it to run with random weights."
             )
 
-    def _qsettings(self) -> QSettings:
-        return QSettings(
-            str(self.settings_file.with_name("window.ini")), QSettings.Format.IniFormat
-        )
-
-    def _restore_audio_controls(self) -> None:
-        """Volume, mute and microphone gain as the user left them (window.ini)."""
-        store, card = self._qsettings(), self.conversation
-        card.volume.setValue(int(str(store.value("volume_db", 0))))
-        card.mic_gain.setValue(int(str(store.value("mic_gain_db", 0))))
-        card.mute.setChecked(str(store.value("muted", "false")).lower() == "true")
-
-    def _restore_geometry(self) -> None:
-        store = self._qsettings()
-        geometry, splitter = store.value("geometry"), store.value("splitter")
-        if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(self._default_size())
-        if splitter is not None:
-            self.splitter.restoreState(splitter)
-        self.fit_screen()
-        self._reflow()
+    # -- layout ------------------------------------------------------------------------------
 
     def fit_screen(self) -> None:
-        """Keep the window inside the screen's free area (a size saved on a larger screen, or
-        at a smaller scaling, would otherwise open partly off screen)."""
-        screen = self.screen() or QApplication.primaryScreen()
-        if screen is None:
-            return
-        free = screen.availableGeometry()
-        frame = self.frameGeometry().size() - self.size()  # the title bar and borders
-        self.resize(self.size().boundedTo(free.size() - frame))
-        if not free.contains(self.frameGeometry()):
-            self.move(free.topLeft())
-
-    def _reflow(self) -> None:
-        """Wide: the cards beside the charts. Narrow: the cards above the charts, and the page
-        scrolls, so no chart is ever cut or squashed below a readable height."""
-        narrow = self.width() < NARROW_PX  # the window's own width: its layout may lag
-        orientation = Qt.Orientation.Vertical if narrow else Qt.Orientation.Horizontal
-        if self.splitter.orientation() != orientation:
-            self.splitter.setOrientation(orientation)
-            if narrow:
-                self.splitter.setSizes([self.left_column.sizeHint().height(), CHARTS_MIN_H])
-            else:
-                self.splitter.setSizes([360, 1000])
-        cards = self.left_column.sizeHint().height()
-        self.left_scroll.setMinimumHeight(cards if narrow else 0)  # stacked: no inner scroll
-        self.content.setMinimumHeight(cards + CHARTS_MIN_H + 40 if narrow else 0)
-        self.panel.setMinimumHeight(CHARTS_MIN_H if narrow else 0)
+        geometry.fit_screen(self)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        self._reflow()
+        self.view.reflow(self.width())
 
-    def _default_size(self) -> QSize:
-        """1360x860, or nine tenths of the screen's free area where that is smaller."""
-        screen = self.screen() or QApplication.primaryScreen()
-        if screen is None:
-            return QSize(1360, 860)
-        free = screen.availableGeometry()
-        return QSize(min(1360, int(free.width() * 0.9)), min(860, int(free.height() * 0.9)))
+    def reset_layout(self) -> None:
+        """The default size (bounded by the screen) and column split."""
+        self.resize(geometry.default_size(self))
+        self.view.reset_split()
+
+    def show_conversation(self) -> None:
+        self.view.show_conversation()
+
+    def show_charts(self) -> None:
+        self.view.show_charts()
 
     def save_geometry(self) -> None:
-        store = self._qsettings()
-        store.setValue("geometry", self.saveGeometry())
-        store.setValue("splitter", self.splitter.saveState())
-        card = self.conversation
-        store.setValue("volume_db", card.volume.value())
-        store.setValue("mic_gain_db", card.mic_gain.value())
-        store.setValue("muted", "true" if card.mute.isChecked() else "false")
-        store.sync()
+        self.store.save(self, self.view)
 
     # -- conversation ------------------------------------------------------------------------
 
@@ -374,19 +241,8 @@ class MainWindow(QMainWindow):
             self.stop_conversation()
 
     def start_conversation(self) -> None:
-        self.error_strip.hide()
-        # The charts keep the last session until this one's first period: clearing them now
-        # would repaint every chart while the engine thread builds the model, and both are
-        # Python that takes turns on the interpreter lock (a 50 ms stall, measured).
-        self._clear_charts = True
-        self.conversation.mic_meter.reset()
-        self.conversation.out_meter.reset()
-        self.conversation.mic_clip.reset()
-        self.conversation.out_limit.reset()
-        self.progress.setValue(0)
-        self.progress.show()
-        self.status_text.setText("Loading the model…")
-        self._push_to_talk = self.settings.push_to_talk
+        self.display.starting()
+        self.push_to_talk = self.settings.push_to_talk
         self.controller.start(dataclasses.replace(self.settings), self.route)
 
     def stop_conversation(self) -> None:
@@ -399,118 +255,16 @@ class MainWindow(QMainWindow):
             return
         self._apply_settings(dataclasses.replace(self.settings, arm=arm))
 
-    def _on_state(self, state: str) -> None:
-        self.toolbar.show_running(state)
-        running = state in (EngineState.LOADING.value, EngineState.RUNNING.value)
-        self.start_action.setText("&Stop conversation" if running else "&Start conversation")
-        self.start_action.setEnabled(state != EngineState.STOPPING.value)
-        self.stop_action.setEnabled(running)
-        if state != EngineState.RUNNING.value:
-            self.conversation.indicator.set_state(state)
+    @property
+    def _last_phase(self) -> str:
+        return self.display.last_phase
 
-    def _on_progress(self, stage: str, fraction: float) -> None:
-        self.progress.setValue(round(100 * max(0.0, min(1.0, fraction))))
-        self.progress.setFormat(f"{_STAGE_TEXT.get(stage, stage)} %p%")
-        self.status_text.setText(f"{_STAGE_TEXT.get(stage, stage)}…")
-
-    def _on_ready(self, info: SessionInfo) -> None:
-        self.progress.hide()
-        self.export_action.setEnabled(True)
-        self.conversation.indicator.set_state("running")
-        self.banner.setVisible(info.weights_synthetic)
-        self.toolbar.offer_arms(tuple(Arm(a) for a in info.switchable_arms))
-        card = self.session_card
-        card.set("model", info.model_name)
-        self._arms_apply = bool(info.switchable_arms)
-        card.set("arm", self._arm_text(info.arm))
-        cpu = info.accelerator == "CPU"
-        card.set("device", "CPU (no graphs launched)" if cpu else info.accelerator,
-                 CPU_NOTE if cpu else info.device)  # fmt: skip
-        self.panel.set_device(info.accelerator)
-        card.set("input", info.input_label)
-        trim = f"  ({info.output_trim_db:+.0f} dB: random weights)" if info.output_trim_db else ""
-        card.set("output", info.output_label + trim)
-        card.set("trace", info.trace.name if info.trace else "none", str(info.trace or ""))
-        self.status_text.setText("Conversation running: talk, or switch the arm to compare.")
-
-    def _on_failed(self, message: str) -> None:
-        self.progress.hide()
-        self.error_strip.show_error(f"The conversation stopped: {message}")
-
-    def _on_ended(self, reason: str) -> None:
-        self._drain()
-        self.progress.hide()
-        periods = len(self.panel.history)
-        if reason != "failed":
-            self.status_text.setText(f"Conversation ended ({reason}) after {periods} periods.")
-        else:
-            self.status_text.setText("Conversation failed; see the message above.")
-        self._show_idle(keep_session=True)
-
-    def _show_idle(self, keep_session: bool = False) -> None:
-        s = self.settings
-        self.banner.setVisible(random_weights(s))
-        self.cascade_note.show_for(s)
-        self.toolbar.offer_arms(tuple(Arm))  # the next session starts with any arm
-        self.toolbar.show_arm(s.arm)
-        self.toolbar.talk_action.setVisible(s.push_to_talk)
-        self._push_to_talk = s.push_to_talk
-        self.conversation.indicator.set_state("idle")
-        self.stop_action.setEnabled(False)
-        self.device_action.setEnabled(self.route.input_wav is not None)
-        has_session = self.controller.trace is not None
-        self.export_action.setEnabled(has_session)  # nothing to export before a first session
-        if keep_session:
-            return
-        self.session_card.set("model", model_line(s))
-        self.session_card.set("arm", str(s.arm))
-        self.session_card.set("device", s.device)
-        wav = self.route.input_wav
-        self.session_card.set("input", wav.name if wav else s.input_device or "system default")
-        out = "recorded only" if self.route.output == "none" else s.output_device
-        self.session_card.set("output", out or "system default")
-        if not self.status_text.text():
-            self.status_text.setText("Ready: press Start (F5) to converse.")
-
-    def _arm_text(self, arm: str) -> str:
-        """The session's arm, or that none applies (a model that replays nothing)."""
-        return arm if self._arms_apply else NO_ARMS
-
-    # -- the 20 Hz tick ----------------------------------------------------------------------
-
-    def _drain(self) -> None:
-        views = self.controller.feed.drain()
-        if not views:
-            return
-        if self._clear_charts:
-            self._clear_charts = False
-            self.panel.clear()
-            self.transcript.clear()
-        self.panel.add(views)
-        for view in views:
-            at = audio_time(view.index, view.budget_ms / 1e3)
-            self.transcript.add_period(at, view.heard, view.text)
-        last = views[-1]
-        self._last_phase = last.phase
-        self.conversation.indicator.set_state(last.phase, last.voice_prob)
-        self.session_card.set("arm", self._arm_text(last.arm))
-        self.session_card.set("periods", str(len(self.panel.history)))
+    @_last_phase.setter
+    def _last_phase(self, phase: str) -> None:
+        self.display.last_phase = phase
 
     def _tick(self) -> None:
-        self._drain()
-        mic_db, out_db = self.controller.levels_db()
-        self.conversation.mic_meter.set_level(mic_db)
-        self.conversation.out_meter.set_level(out_db)
-        clips = self.controller.clip_counts()
-        self.conversation.mic_clip.show_count(clips.mic_clipped)
-        self.conversation.out_limit.show_count(clips.output_limited)
-        # The lamp follows what the user hears: "Listening" only once the voice has played out.
-        playing = out_db > PLAYING_DBFS
-        shown = self.conversation.indicator.state
-        if shown == "listen" and playing:
-            self.conversation.indicator.set_state("speak")
-        elif shown == "speak" and not playing and self._last_phase == "listen":
-            self.conversation.indicator.set_state("listen")
+        self.display.tick()
         self._ticks += 1
         if self._ticks % 10 == 0:
             self.latency.setText(f"window lag {self.probe.recent_ms(50):.0f} ms")
@@ -537,7 +291,7 @@ class MainWindow(QMainWindow):
             self.status_text.setText(f"Arm {settings.arm} from the next period.")
         self.toolbar.show_arm(settings.arm)
         if self.controller.state is EngineState.IDLE:
-            self._show_idle()
+            self.display.show_idle()
             return
         restart = [
             f.name
@@ -569,7 +323,7 @@ class MainWindow(QMainWindow):
         when = "now" if self.controller.state is EngineState.IDLE else "from the next Start"
         self.status_text.setText(f"Microphone {when}: {label}.")
 
-    # -- help --------------------------------------------------------------------------------
+    # -- help and export ---------------------------------------------------------------------
 
     def open_help(self) -> HelpDialog:
         if self.help_dialog is None:
@@ -580,13 +334,6 @@ class MainWindow(QMainWindow):
 
     def about(self) -> None:
         QMessageBox.about(self, "About DuplexCadence", ABOUT_HTML)
-
-    def reset_layout(self) -> None:
-        """The default size (bounded by the screen) and column split."""
-        self.resize(self._default_size())
-        self.splitter.setSizes([360, 1000])
-
-    # -- export ------------------------------------------------------------------------------
 
     def open_export(self) -> ExportDialog:
         return self.exports.open_dialog(self)
@@ -607,7 +354,7 @@ class MainWindow(QMainWindow):
         kind = event.type()
         if kind not in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease):
             return False
-        if not self._push_to_talk or not isinstance(watched, QWidget):
+        if not self.push_to_talk or not isinstance(watched, QWidget):
             return False
         if watched.window() is not self or isinstance(watched, QLineEdit):
             return False  # another window's key, or a space typed into a text field
@@ -628,6 +375,7 @@ class MainWindow(QMainWindow):
         self._timer.stop()
         self.probe.stop()
         self.collector.stop()
+        self.lifeline.closed = True  # a close request: the app quits on its own
         if not self.controller.shutdown(timeout_s=30.0):
             self.status_text.setText("The engine is still finishing a period…")
         event.accept()

@@ -3,7 +3,9 @@
 One :class:`EngineController` lives in the window. ``start`` spawns an
 :class:`~app.gui.worker.worker.EngineThread`; the controller forwards its signals, tracks the
 state (idle → loading → running → stopping → idle) and keeps the finished session's trace and
-recorder so an export still works after Stop. It never calls into torch or a ring itself.
+recorder so an export still works after Stop, and the model it left loaded
+(:class:`~app.gui.worker.keep.KeptModel`), which the next Start with the same family and
+settings reuses. It never calls into torch or a ring itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from app.audio.rings import SILENCE_DBFS
 from app.gui.worker.clip import ClipCounts
 from app.gui.worker.controls import AudioControls
 from app.gui.worker.feed import Feed
+from app.gui.worker.keep import KeptModel
 from app.gui.worker.recorder import AudioRecorder
 from app.gui.worker.routes import AudioRoute
 from app.gui.worker.worker import EngineThread, SessionInfo
@@ -79,6 +82,7 @@ class EngineController(QObject):
         self._recorder: AudioRecorder | None = None
         self._clips = ClipCounts()
         self._transcript: Transcript | None = None
+        self.kept: KeptModel | None = None  # the model the last conversation left loaded
 
     # -- commands (GUI thread) ---------------------------------------------------------------
 
@@ -89,7 +93,10 @@ class EngineController(QObject):
         self.trace = _new_trace_path(self._sessions_dir or default_sessions_dir())
         self.info, self._recorder, self._transcript = None, None, None
         self.feed.clear()
-        thread = EngineThread(settings, route, self.trace, self.feed, self.controls, parent=self)
+        thread = EngineThread(
+            settings, route, self.trace, self.feed, self.controls, kept=self.kept, parent=self
+        )
+        self.kept = None  # the thread's now: it reuses or closes it
         thread.progress.connect(self.progress)
         thread.ready.connect(self._on_ready)
         thread.failed.connect(self.failed)
@@ -115,12 +122,23 @@ class EngineController(QObject):
             self._thread.set_push_to_talk(held)
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
-        """Stop and wait for the engine thread (window close); False if it did not end in time."""
+        """Stop and wait for the engine thread, then unload the kept model (window close);
+        False if the thread did not end in time."""
         thread = self._thread
-        if thread is None:
-            return True
-        thread.request_stop()
-        return bool(thread.wait(int(timeout_s * 1000)))
+        if thread is not None:
+            thread.request_stop()
+            if not thread.wait(int(timeout_s * 1000)):
+                return False
+            self.kept = thread.kept if self.kept is None else self.kept
+            thread.kept = None
+        self.unload()
+        return True
+
+    def unload(self) -> None:
+        """Close the model kept between conversations (idle only; the next Start loads)."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.close()
 
     # -- what the GUI reads ------------------------------------------------------------------
 
@@ -168,6 +186,7 @@ class EngineController(QObject):
             thread.wait()  # run() has returned; this only joins the OS thread
             self._recorder, self._clips = thread.recorder, thread.clips
             self._transcript = thread.transcript
+            self.kept, thread.kept = thread.kept, None
         self._thread = None
         # GUI thread, between sessions: the ended session's cycles (~25k objects for the small
         # model) go now, while the user is stopping; what survives is hidden from later walks.

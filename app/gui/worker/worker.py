@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
 
-from app.audio.devices import DeviceLost
+from app.audio.devices import AudioError
 from app.audio.limiter import RANDOM_WEIGHTS_TRIM_DB, MicStage, OutputStage
 from app.gui.worker.clip import ClipCounts
 from app.gui.worker.controls import AudioControls
 from app.gui.worker.feed import Feed, PeriodView
+from app.gui.worker.keep import KeptModel
 from app.gui.worker.levels import HeardLevel, LevelReader
 from app.gui.worker.preflight import StartError, check_before_loading
 from app.gui.worker.recorder import AudioRecorder
@@ -42,7 +43,7 @@ from app.gui.worker.response import ResponseClock
 from app.gui.worker.routes import AudioRoute, OpenedAudio, open_audio
 from app.heap import freeze_heap
 from app.settings import Settings
-from app.transcript import Transcript, audio_time, write_beside
+from app.transcript import LiveFile, Transcript, audio_time, transcript_path
 from engine.arms import Arm
 
 if TYPE_CHECKING:
@@ -68,6 +69,11 @@ class SessionInfo:
     output_label: str
     trace: Path | None
     switchable_arms: tuple[str, ...] = ()  # the arms it can switch to live (() : none apply)
+    replays: bool = True  # it has a replay engine (else the replay and capture charts are empty)
+    has_text: bool = False  # the model says text beside its speech
+    says_words: bool = False  # ... in words (random weights have no vocabulary: no words)
+    stages: tuple[str, ...] = ()  # the stages its periods time
+    reused_s: float | None = None  # a kept model was reused: the load it saved, in seconds
 
 
 def _dropouts(audio: OpenedAudio) -> int:
@@ -109,6 +115,8 @@ class EngineThread(QThread):
         trace: the session's JSONL trace path (None: no trace, and no trace export).
         feed: where period views go for the GUI.
         controls: volume, mute and microphone gain, read each period (None: the defaults).
+        kept: the model the last conversation left loaded (reused when its key matches, else
+            closed); afterwards ``kept`` holds the model for the next one (None: unloaded).
         parent: the owning QObject (the controller), so Qt deletes the thread with it.
     """
 
@@ -124,12 +132,16 @@ class EngineThread(QThread):
         trace: Path | None,
         feed: Feed,
         controls: AudioControls | None = None,
+        kept: KeptModel | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.kept = kept
+        self._reused_s: float | None = None
         self.controls = controls or AudioControls()
         self.clips = ClipCounts()
-        self.transcript = Transcript()  # what was said; written beside the trace at the end
+        self.transcript = Transcript()  # what was said; kept beside the trace as it grows
+        self._file: LiveFile | None = None
         self._settings = settings
         self._route = route
         self._trace = trace
@@ -142,6 +154,7 @@ class EngineThread(QThread):
         self._session: Session | None = None
         self._pending_arm: Arm | None = None
         self._push_to_talk_held = False
+        self._in_step = False  # inside session.step: a failure there unloads the model
 
     # -- any thread ------------------------------------------------------------------------
 
@@ -182,12 +195,12 @@ class EngineThread(QThread):
                     audio.input_level, lambda: self.controls.mic_gain_db, self._mic_open
                 )
             self.recorder = AudioRecorder(session.input_rate, session.output_rate)
+            if self._trace is not None:
+                self._file = LiveFile(self.transcript, transcript_path(self._trace))
             self._publish(session)
             self.ready.emit(self._info(session, audio))
             reason = self._loop(session, audio, self.recorder)
-        except StartError as exc:  # worded for the window already; no traceback needed
-            self.failed.emit(str(exc))
-        except DeviceLost as exc:  # a device stopped mid-conversation: one line, no traceback
+        except (StartError, AudioError) as exc:  # worded for the window: no traceback needed
             self.failed.emit(describe_error(exc))
         except Exception as exc:  # every failure reaches the user; the app keeps running
             traceback.print_exc()
@@ -197,23 +210,54 @@ class EngineThread(QThread):
                 self._session = None
             if audio is not None:
                 audio.close()
-            self._write_transcript()
-            if session is not None:
-                session.close()
+            if self._file is not None:
+                self._file.close()  # what is left of the transcript, beside the trace
+            self._end(session, failed=reason == "failed")
             self.ended.emit(reason)
+
+    def _end(self, session: Session | None, failed: bool) -> None:
+        """Close the session; keep its model for the next Start unless this one failed (a
+        model that raised mid-period may hold half a step: it is unloaded)."""
+        keep = not (failed and self._in_step) and self.kept is not None
+        if session is not None:
+            session.close(keep_model=keep)
+        if not keep and self.kept is not None:
+            self.kept.close()
+            self.kept = None
 
     def _build(self) -> Session | None:
         # Devices and the checkpoint first: a missing microphone is said in a second, not
         # after the model load.
         check_before_loading(self._settings, self._route.input_wav, self._route.output == "device")
-        from app.session import build_session  # torch loads here, on this thread, never the GUI's
+        # torch loads here, on this thread, never the GUI's
+        from app.session import load_model, model_key, open_session
+        from engine.trace import check_trace_path
 
-        # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as the
-        # process: hidden from the GUI thread's collections during the model build (app.heap).
-        freeze_heap()
-        session = build_session(self._settings, trace=self._trace, progress=self.progress.emit)
+        if self._trace is not None:
+            check_trace_path(self._trace, overwrite=True)
+        key, kept = model_key(self._settings), self.kept
+        if kept is not None and kept.key != key:  # another model: free this one's memory first
+            kept.close()
+            self.kept = kept = None
+        if kept is None:
+            # What the imports made (torch, the adapters, Qt: ~170k objects) lives as long as
+            # the process: hidden from the GUI thread's collections during the build (app.heap).
+            freeze_heap()
+            began = time.monotonic()
+            loaded = load_model(self._settings, progress=self.progress.emit)
+            kept = self.kept = KeptModel(key, loaded, load_s=time.monotonic() - began)
+            fresh = True
+        else:
+            self._reused_s = kept.load_s
+            self.progress.emit("reusing", 1.0)
+            fresh = False
+        warmed = None if fresh else kept.warmed  # fresh: the load warmed the settings' arm
+        session = open_session(
+            kept.loaded, self._settings, trace=self._trace, fresh=fresh, warmed=warmed
+        )
+        kept.warmed = session.warmed  # the arms whose graphs this model holds, shared
         if self._stop.is_set():  # stopped while loading: do not open devices
-            session.close()
+            session.close(keep_model=True)
             return None
         return session
 
@@ -227,15 +271,6 @@ class EngineThread(QThread):
             if self._push_to_talk_held:
                 session.set_push_to_talk(True)
 
-    def _write_transcript(self) -> None:
-        """``<trace>.transcript.txt`` beside the trace, when anything was said in text."""
-        if self._trace is None or not self._trace.parent.is_dir():
-            return
-        try:  # the trace's name is new (controller): a file there is someone else's, kept
-            write_beside(self.transcript, self._trace, overwrite=False)
-        except OSError:  # the trace folder went away: the export still has the transcript
-            traceback.print_exc()
-
     def _mic_open(self) -> bool:
         """Whether the model hears the microphone now (always, unless push-to-talk is off)."""
         return not self._settings.push_to_talk or self._push_to_talk_held
@@ -248,6 +283,7 @@ class EngineThread(QThread):
         out_stage = OutputStage(session.output_rate, trim_db=trim)
         silence = np.zeros(samples, dtype=np.float32)
         clock = ResponseClock(session.input_rate, session.output_rate)
+        numbers = session.loaded.has_text and session.weights_synthetic
         while not self._stop.is_set():
             raw = audio.source.read_period(samples)
             if raw is None:
@@ -256,7 +292,9 @@ class EngineThread(QThread):
             mic_stage.gain_db = controls.mic_gain_db
             mic = mic_stage.process(raw)
             heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
+            self._in_step = True
             outcome = session.step(mic)
+            self._in_step = False
             view = PeriodView.from_outcome(outcome)
             out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
             played = out_stage.process(outcome.pcm)
@@ -276,8 +314,13 @@ class EngineThread(QThread):
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
             audio.sink.write(played)
             recorder.add(heard, played)
-            at = audio_time(view.index, view.budget_ms / 1e3)
-            self.transcript.add_period(at, view.heard, view.text)
+            if numbers:  # random weights' text is token numbers: the window says no words
+                view = dataclasses.replace(view, text="")
+            if view.heard.strip() or view.text.strip():
+                at = audio_time(view.index, view.budget_ms / 1e3)
+                self.transcript.add_period(at, view.heard, view.text)
+                if self._file is not None:
+                    self._file.changed()
             audio.feed_levels(heard, played)
             self.clips = ClipCounts(mic_stage.clipped, out_stage.limiter.limited_blocks)
             self.feed.push(view)
@@ -298,4 +341,9 @@ class EngineThread(QThread):
             output_label=audio.output_label,
             trace=self._trace,
             switchable_arms=tuple(str(arm) for arm in session.switchable_arms),
+            replays=session.replay is not None,
+            has_text=bool(session.loaded.has_text),
+            says_words=bool(session.loaded.has_text) and not session.weights_synthetic,
+            stages=tuple(session.stages),
+            reused_s=self._reused_s,
         )
