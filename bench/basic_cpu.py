@@ -46,7 +46,7 @@ from adapters.basic.family import MODELS, PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
-from tests.basic_questions import Question, split, word_error_rate
+from tests.basic_questions import QUESTIONS, Question, split, word_error_rate
 from tests.speech import conversation
 
 LEAD_S = 1.0  # silence before each question
@@ -206,18 +206,20 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
-def quality(questions: list[Question], turns: list[Turn]) -> dict[str, Any]:
-    """Recognition WER and answer accuracy, per split and over all the questions asked."""
+def quality(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recognition WER and answer accuracy, per split and over all the questions asked (each
+    turn's record: the question's ``index`` in the set, what was ``heard`` and ``said``)."""
     out: dict[str, Any] = {"wer": {}, "accuracy": {}, "n": {}}
+    asked = [(QUESTIONS[t["index"]], t) for t in turns]
     for name in ("dev", "test", "all"):
-        pairs = [(q, t) for q, t in zip(questions, turns, strict=True) if name in ("all", q.split)]
+        pairs = [(q, t) for q, t in asked if name in ("all", q.split)]
         if not pairs:
             continue
         out["n"][name] = len(pairs)
         out["wer"][name] = round(
-            word_error_rate([q.text for q, _ in pairs], [t.heard for _, t in pairs]), 4
+            word_error_rate([q.text for q, _ in pairs], [t["heard"] for _, t in pairs]), 4
         )
-        right = sum(q.correct(t.said) for q, t in pairs)
+        right = sum(q.correct(t["said"]) for q, t in pairs)
         out["accuracy"][name] = round(right / len(pairs), 4)
     return out
 
@@ -280,7 +282,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     questions = list(split(args.split)[: args.questions])
-    result: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    result: dict[str, Any] = {}
     load_before = os.getloadavg()
     began = time.monotonic()
     cascade = load_basic(period_s=args.period)
@@ -295,13 +297,11 @@ def main() -> None:
     stamps = Stamps(cascade)
     if not args.latency_only:
         turns = run(cascade, questions, False, stamps)
-        for turn in turns:
-            turn.answer_heard = transcribe_answer(cascade, turn)
-        result["quality"] = quality(questions, turns)
-        result["turns"] = [
+        records = [
             t.facts() | {"correct": q.correct(t.said)} | facts(q)
             for q, t in zip(questions, turns, strict=True)
         ]
+        result["turns"] = records
     if not args.quality_only:
         load_before = os.getloadavg()
         timed = run(cascade, questions, True, stamps)
@@ -310,6 +310,16 @@ def main() -> None:
     result["machine"]["load_average_after"] = os.getloadavg()
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # Merged with what --out already holds (read now, so a run of each split may go at once):
+    # the other pass's block, and the turns of questions this run did not ask.
+    before = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if "turns" in result:
+        kept = {r["index"]: r for r in before.get("turns", [])} | {
+            r["index"]: r for r in result["turns"]
+        }
+        result["turns"] = [kept[i] for i in sorted(kept)]
+        result["quality"] = quality(result["turns"])
+    result = before | result
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     summary = {k: result.get("quality", {}).get(k) for k in ("wer", "accuracy")}
     latency_p50 = result.get("latency_s", {}).get("p50")

@@ -262,7 +262,10 @@ def test_closing_a_basic_session_ends_the_cascades_worker(monkeypatch: pytest.Mo
     basic_present(monkeypatch)
     gate = threading.Event()  # the worker stays busy hearing until the session closes
 
-    def stand_ins(period_s: float, progress: object, realtime: bool = True) -> BasicCascade:
+    def stand_ins(
+        period_s: float, progress: object, realtime: bool = True, device: str = "cpu"
+    ) -> BasicCascade:
+        assert device == "cpu"  # the session's device reaches the models
         return BasicCascade(Ears(gate=gate), Mouth(), Tone(), period_s, realtime=realtime)
 
     monkeypatch.setattr(adapters.basic.load, "load_basic", stand_ins)

@@ -91,8 +91,9 @@ class Replier:
             )
             self._model: Any = AutoModelForCausalLM.from_pretrained(
                 str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
-            ).to(device)  # from_pretrained leaves it in eval mode
+            )  # from_pretrained leaves it in eval mode
         self.device = torch.device(device)
+        self._model.to(self.device)  # type: ignore[arg-type]  # transformers wraps .to oddly
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most
         self.prompt = tuple(prompt)
