@@ -1,18 +1,27 @@
-"""End of speech to first reply audio of the basic family on the CPU, questions heard in real time.
+"""The basic family on the CPU: how well it hears and answers, and how soon, questions heard in
+real time.
 
-    python3 bench/basic_cpu.py --out bench/results/basic_cpu.json          # 10 questions
-    python3 bench/basic_cpu.py --out /tmp/b.json --questions 3             # a quick look
+    python3 bench/basic_cpu.py --out bench/results/basic_cpu.json        # the 40-question set
+    python3 bench/basic_cpu.py --out bench/results/basic_cpu.json --latency-only   # on a quiet
+        # machine: replaces only the latency block (quality does not depend on the load)
+    python3 bench/basic_cpu.py --out /tmp/b.json --split dev --questions 3          # a quick look
 
-Each question (espeak-ng, ``tests/speech.py``) is heard after 1 s of silence, then silence until
-the answer ends, period by period at the pace of a microphone: period ``k``'s audio is handed to
-``step`` at ``t0 + (k + 1)·period_s``, when a microphone would have delivered it. The latency of
-a turn is the wall time from the end of the question (``t0 +`` its last sample) to the first
-non-silent sample of the answer, which plays at ``max(step returned, period delivered) +`` its
-offset in the period: it includes the turn-taker's pause (0.6 s), one period of buffering, the
-models and the engine thread's own delay. The result JSON has p50/p95, each turn (what was
-heard and said, the answer's duration, its transcript by the same recognizer), load time, peak
-RSS, the machine's load average before and after (two cores are easily shared: a busy machine
-reads slow), date and command.
+The questions are the spoken question set (``tests/basic_questions.py``: 40 everyday questions,
+five espeak-ng voices, four speeds, every fourth over noise; a dev half to choose on and a test
+half to report). Each is heard after 1 s of silence, then silence until the answer ends, period
+by period at the pace of a microphone: period ``k``'s audio is handed to ``step`` at
+``t0 + (k + 1)·period_s``, when a microphone would have delivered it; each in a fresh
+conversation, so what is heard and said depends on the audio alone (every model is greedy).
+
+Quality: the recognizer's word error rate over the questions (``jiwer`` after lower-casing,
+dropping punctuation and spelling small numbers) and the answers' accuracy (the answer contains
+one of the question's words), per split. Latency: the wall time from the end of the question
+(``t0 +`` its last sample) to the first non-silent sample of the answer, which plays at
+``max(step returned, period delivered) +`` its offset in the period: it includes the silence
+before the answer starts speculatively, one period of buffering, the models and the engine
+thread's own delay, with the machine's load average beside it (two cores are easily shared: a
+busy machine reads slow). The JSON also has each turn (heard, said, right or not, latency, the
+answer's transcript by the same recognizer), load time, peak RSS, date and command.
 """
 
 from __future__ import annotations
@@ -33,24 +42,13 @@ import soxr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.basic.cascade import BasicCascade
-from adapters.basic.family import PERIOD_S
+from adapters.basic.family import MODELS, PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
+from tests.basic_questions import QUESTIONS, Question, split, word_error_rate
 from tests.speech import conversation
 
-QUESTIONS = (
-    "What is the capital of France?",
-    "How are you doing today?",
-    "Can you tell me a joke?",
-    "What is your favorite color?",
-    "What should I cook for dinner tonight?",
-    "Where do penguins live?",
-    "How many legs does a spider have?",
-    "What is the biggest animal in the world?",
-    "Tell me something about the moon.",
-    "Why is the sky blue?",
-)
 LEAD_S = 1.0  # silence before each question
 
 
@@ -122,13 +120,20 @@ class Turn:
 
 
 def ask(
-    cascade: BasicCascade, question: str, stamps: Stamps | None = None, timeout_s: float = 60.0
+    cascade: BasicCascade,
+    question: str | Question,
+    stamps: Stamps | None = None,
+    timeout_s: float = 120.0,
 ) -> Turn:
-    """Speak ``question`` to a fresh conversation of ``cascade`` in real time, until its turn
-    ends. Fresh: the VAD's state would otherwise carry the silence after the last answer, whose
-    length depends on the wall clock, and move where the utterance is cut."""
+    """Speak ``question`` (espeak-ng's default voice for a string; a set's question in its own
+    voice, speed and noise) to a fresh conversation of ``cascade``, until its turn ends: in real
+    time when ``cascade.realtime``, else as fast as the cascade answers (a simulated clock: the
+    same cut, the same words, no latency). Fresh: the VAD's state would otherwise carry the
+    silence after the last answer, whose length depends on the wall clock, and move where the
+    utterance is cut."""
     cascade.reset()
-    talk = conversation([LEAD_S, question])
+    talk = conversation([LEAD_S, question]) if isinstance(question, str) else question.talk(LEAD_S)
+    text = question if isinstance(question, str) else question.text
     eos = talk.speech[-1][1]
     period = cascade.period_s
     mic = talk.periods(period)
@@ -140,7 +145,8 @@ def ask(
     k = 0
     while True:
         due = t0 + (k + 1) * period
-        time.sleep(max(0.0, due - time.monotonic()))
+        if cascade.realtime:
+            time.sleep(max(0.0, due - time.monotonic()))
         began = time.monotonic()
         step = cascade.step(mic[k] if k < len(mic) else silence)
         done = time.monotonic()
@@ -151,17 +157,17 @@ def ask(
             made = period_pcm(step)  # starts at the period's start
             pcm.append(made)
             loud = np.flatnonzero(np.abs(made) > 1e-4)
-            if first is None and loud.size:
+            if first is None and loud.size and cascade.realtime:
                 first = max(done, due) + loud[0] / cascade.output_rate
         k += 1
         if step.turn_end or k * period > timeout_s:
             break
     if not step.turn_end:
-        raise RuntimeError(f"no answer to {question!r} within {timeout_s} s")
+        raise RuntimeError(f"no answer to {text!r} within {timeout_s} s")
     audio = np.concatenate(pcm) if pcm else np.zeros(0, dtype=np.float32)
     loud = np.flatnonzero(np.abs(audio) > 1e-4)
     turn = Turn(
-        question=question,
+        question=text,
         heard=" ".join(t for t in heard if t),
         said=" ".join(t for t in said if t),
         latency_s=None if first is None else round(first - (t0 + eos), 3),
@@ -188,55 +194,142 @@ def transcribe_answer(cascade: BasicCascade, turn: Turn) -> str:
     return cascade.recognizer.transcribe(soxr.resample(turn.audio, cascade.output_rate, 16000))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="the result JSON")
-    parser.add_argument("--questions", type=int, default=len(QUESTIONS), help="how many to ask")
-    parser.add_argument(
-        "--period", type=float, default=PERIOD_S, help=f"seconds (the family uses {PERIOD_S})"
-    )
-    args = parser.parse_args()
-    load_before = os.getloadavg()
-    began = time.monotonic()
-    cascade = load_basic(period_s=args.period)
-    load_s = time.monotonic() - began
-    stamps = Stamps(cascade)
-    turns = []
-    for question in QUESTIONS[: args.questions]:
-        turn = ask(cascade, question, stamps)
-        turn.answer_heard = transcribe_answer(cascade, turn)
-        turns.append(turn)
-        print(
-            f"{turn.latency_s} s {turn.after_eos_s} {turn.heard!r} -> {turn.said!r}",
-            file=sys.stderr,
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """p50, p95 and max of ``values`` (None when empty), with their count."""
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    return {
+        "n": len(values),
+        "p50": round(float(np.percentile(values, 50)), 3),
+        "p95": round(float(np.percentile(values, 95)), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def quality(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recognition WER and answer accuracy, per split and over all the questions asked (each
+    turn's record: the question's ``index`` in the set, what was ``heard`` and ``said``)."""
+    out: dict[str, Any] = {"wer": {}, "accuracy": {}, "n": {}}
+    asked = [(QUESTIONS[t["index"]], t) for t in turns]
+    for name in ("dev", "test", "all"):
+        pairs = [(q, t) for q, t in asked if name in ("all", q.split)]
+        if not pairs:
+            continue
+        out["n"][name] = len(pairs)
+        out["wer"][name] = round(
+            word_error_rate([q.text for q, _ in pairs], [t["heard"] for _, t in pairs]), 4
         )
-    cascade.close()
-    latencies = [t.latency_s for t in turns if t.latency_s is not None]
-    result = {
+        right = sum(q.correct(t["said"]) for q, t in pairs)
+        out["accuracy"][name] = round(right / len(pairs), 4)
+    return out
+
+
+def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]:
+    """End of speech to first audio over ``turns``, with the machine's load beside it."""
+    return {
+        "what": "end of the spoken question to the first reply audio, wall clock",
         "environment": environment(" ".join(sys.argv)),
-        "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
-        "period_s": args.period,
-        "load_s": round(load_s, 1),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "latency_s": {
-            "what": "end of the spoken question to the first reply audio, wall clock",
-            "n": len(latencies),
-            "p50": round(float(np.percentile(latencies, 50)), 3) if latencies else None,
-            "p95": round(float(np.percentile(latencies, 95)), 3) if latencies else None,
-            "max": max(latencies, default=None),
-        },
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        **percentiles([t.latency_s for t in turns if t.latency_s is not None]),
         "after_eos_s_p50": {
             key: round(
                 float(np.median([t.after_eos_s[key] for t in turns if key in t.after_eos_s])), 3
             )
             for key in dict.fromkeys(k for t in turns for k in t.after_eos_s)
         },
-        "turns": [t.facts() for t in turns],
     }
+
+
+TARGETS = {"accuracy": 0.90, "wer": 0.10, "latency_p50_s": 1.5}  # issue 23, on 2 idle cores
+
+
+def run(
+    cascade: BasicCascade, questions: list[Question], realtime: bool, stamps: Stamps
+) -> list[Turn]:
+    """Ask every question, in real time or on a simulated clock, printing each as it ends."""
+    cascade.realtime = realtime
+    turns = []
+    for question in questions:
+        turn = ask(cascade, question, stamps)
+        turns.append(turn)
+        mark = "ok " if question.correct(turn.said) else "NO "
+        print(f"{mark}{turn.latency_s} s {turn.heard!r} -> {turn.said!r}", file=sys.stderr)
+    return turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the result JSON")
+    parser.add_argument(
+        "--split", choices=("all", "dev", "test"), default="all", help="which questions to ask"
+    )
+    parser.add_argument("--questions", type=int, default=None, help="ask only the first N")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="the real-time pass only; it replaces the latency block of an existing --out (the "
+        "latency depends on the machine's load, the quality does not)",
+    )
+    only.add_argument(
+        "--quality-only",
+        action="store_true",
+        help="the simulated-clock pass only (WER, accuracy); it replaces that block of --out",
+    )
+    parser.add_argument(
+        "--period", type=float, default=PERIOD_S, help=f"seconds (the family uses {PERIOD_S})"
+    )
+    args = parser.parse_args()
+    questions = list(split(args.split)[: args.questions])
+    result: dict[str, Any] = {}
+    load_before = os.getloadavg()
+    began = time.monotonic()
+    cascade = load_basic(period_s=args.period)
+    result |= {
+        "environment": environment(" ".join(sys.argv)),
+        "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
+        "models": MODELS,
+        "period_s": args.period,
+        "load_s": round(time.monotonic() - began, 1),
+        "targets": TARGETS,
+    }
+    stamps = Stamps(cascade)
+    if not args.latency_only:
+        turns = run(cascade, questions, False, stamps)
+        records = [
+            t.facts() | {"correct": q.correct(t.said)} | facts(q)
+            for q, t in zip(questions, turns, strict=True)
+        ]
+        result["turns"] = records
+    if not args.quality_only:
+        load_before = os.getloadavg()
+        timed = run(cascade, questions, True, stamps)
+        result["latency_s"] = latency(timed, load_before)
+    cascade.close()
     result["machine"]["load_average_after"] = os.getloadavg()
+    result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    # Merged with what --out already holds (read now, so a run of each split may go at once):
+    # the other pass's block, and the turns of questions this run did not ask.
+    before = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if "turns" in result:
+        kept = {r["index"]: r for r in before.get("turns", [])} | {
+            r["index"]: r for r in result["turns"]
+        }
+        result["turns"] = [kept[i] for i in sorted(kept)]
+        result["quality"] = quality(result["turns"])
+    result = before | result
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["latency_s"]), file=sys.stderr)
+    summary = {k: result.get("quality", {}).get(k) for k in ("wer", "accuracy")}
+    latency_p50 = result.get("latency_s", {}).get("p50")
+    print(json.dumps(summary | {"latency_p50_s": latency_p50}), file=sys.stderr)
+
+
+def facts(question: Question) -> dict[str, Any]:
+    """How a question was spoken, for its turn's record."""
+    keys = ("index", "split", "voice", "speed", "snr_db")
+    return {key: getattr(question, key) for key in keys}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from adapters.basic.cascade import BasicCascade
+from adapters.basic.cascade import PAD_S, BasicCascade
 from bench.basic_cpu import period_pcm
 from engine.duplex import DuplexLoop, PeriodStep, Phase
 from engine.metrics import Metrics
@@ -35,8 +35,10 @@ class Ears:
         self, text: str = "what is the capital of france", gate: threading.Event | None = None
     ):
         self.text, self.gate, self.heard = text, gate, 0
+        self.segments: list[np.ndarray] = []  # what it was handed
 
     def transcribe(self, audio: np.ndarray) -> str:
+        self.segments.append(audio)
         if self.gate is not None:
             self.gate.wait(timeout=30)
         self.heard += 1
@@ -143,6 +145,21 @@ def test_a_question_gets_every_clause_spoken_once(make):
     assert not cascade.in_turn
 
 
+def test_the_recognizer_gets_the_whole_utterance_framed_by_silence(make):
+    ears = Ears()
+    cascade = make(ears)
+    talk = conversation([1.0, "what is the capital of france", 0.2])
+    feed(cascade, talk.audio)
+    until_turn_end(cascade)
+    segment, pad = ears.segments[-1], round(PAD_S * cascade.input_rate)
+    assert pad > 0 and not segment[:pad].any() and not segment[-pad:].any()
+    cut = segment[pad:-pad]
+    voiced = np.flatnonzero(cut)
+    assert np.count_nonzero(cut) == np.count_nonzero(talk.audio)  # every spoken sample
+    assert voiced[0] > 0.1 * cascade.input_rate  # and the input's own silence around it
+    assert cut.size - voiced[-1] > 0.1 * cascade.input_rate
+
+
 def test_steps_never_wait_for_the_models(make):
     gate = threading.Event()
     cascade = make(ears=Ears(gate=gate))
@@ -245,7 +262,10 @@ def test_closing_a_basic_session_ends_the_cascades_worker(monkeypatch: pytest.Mo
     basic_present(monkeypatch)
     gate = threading.Event()  # the worker stays busy hearing until the session closes
 
-    def stand_ins(period_s: float, progress: object, realtime: bool = True) -> BasicCascade:
+    def stand_ins(
+        period_s: float, progress: object, realtime: bool = True, device: str = "cpu"
+    ) -> BasicCascade:
+        assert device == "cpu"  # the session's device reaches the models
         return BasicCascade(Ears(gate=gate), Mouth(), Tone(), period_s, realtime=realtime)
 
     monkeypatch.setattr(adapters.basic.load, "load_basic", stand_ins)

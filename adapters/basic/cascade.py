@@ -66,7 +66,9 @@ from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
 from engine.arms import Arm
 from engine.duplex import PeriodStep, Phase, SpanFactory
 
-__all__ = ["BasicCascade", "Hearing", "Replying", "Speaking"]
+__all__ = ["PAD_S", "BasicCascade", "Hearing", "Replying", "Speaking"]
+
+PAD_S = 0.2  # the recognizer's segment: this much silence before and after the utterance
 
 
 class Hearing(Protocol):
@@ -115,6 +117,8 @@ class BasicCascade:
         period_s: the period; ``period_s`` times each rate must be a whole number of samples.
         turns: turn-taking thresholds (the synthetic family's defaults).
         preroll_s: audio kept before the first voiced window, so a soft onset is not cut.
+        pad_s: silence added before and after the utterance handed to the recognizer, as VAD
+            pipelines pad their segments (chosen on the question set's dev half).
         speculate_s: silence after which the answer starts before the turn is taken.
         max_utterance_s: the longest utterance recognized (Whisper hears at most 30 s).
         realtime: the clock is real (a step never waits); False: a speaking step waits for the
@@ -132,6 +136,7 @@ class BasicCascade:
         period_s: float = 0.5,
         turns: TurnParams | None = None,
         preroll_s: float = 0.3,
+        pad_s: float = PAD_S,
         speculate_s: float = 0.2,
         max_utterance_s: float = 30.0,
         realtime: bool = True,
@@ -151,6 +156,7 @@ class BasicCascade:
         self.taker = TurnTaker(turns)
         self._speculate = self.taker.params.windows(speculate_s)
         self._preroll = round(preroll_s * RATE)
+        self._pad = np.zeros(round(pad_s * RATE), dtype=np.float32)
         self._max_utterance = round(max_utterance_s * RATE)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._job: _Job | None = None
@@ -274,7 +280,8 @@ class BasicCascade:
         """Send the utterance up to sample ``end`` to the worker as the current job."""
         self._cancel()
         start = max(self._utterance, end - self._max_utterance, self._heard_start)
-        audio = self._heard[start - self._heard_start : end - self._heard_start].copy()
+        cut = self._heard[start - self._heard_start : end - self._heard_start]
+        audio = np.concatenate([self._pad, cut, self._pad])
         self._job, self._done = _Job(audio), False
         self._jobs.put(self._job)
 

@@ -26,12 +26,15 @@ def load_basic(
     threads: int | None = None,
     torch_threads: int = 1,
     realtime: bool = True,
+    device: str = "cpu",
 ) -> BasicCascade:
-    """The cascade with Whisper tiny.en, SmolLM2-135M-Instruct and Piper's joe voice.
+    """The cascade with Whisper base, SmolLM2-135M-Instruct and Piper's joe voice.
 
     ``progress(stage, fraction)`` hears ``("loading", 0..1)``. ``threads``: CTranslate2's CPU
     threads for recognition (default: the cores, at most 4); the voice uses onnxruntime's pool.
     ``realtime``: see :class:`BasicCascade` (False: a simulated clock, steps wait for answers).
+    ``device``: where the recognizer and the reply model run ("cpu" or "cuda[:N]"); the voice
+    stays on the CPU (onnxruntime's CPU build; it is 0.05x real time there).
     ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
     here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
     machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
@@ -46,11 +49,11 @@ def load_basic(
 
     torch.set_num_threads(torch_threads)
     report("loading", 0.0)
-    recognizer = Recognizer(threads or min(4, os.cpu_count() or 1))
+    recognizer = Recognizer(threads or min(4, os.cpu_count() or 1), device)
     report("loading", 0.1)
     voice = Voice()
     report("loading", 0.2)
-    replier = Replier()
+    replier = Replier(device=device)
     report("loading", 0.9)
     recognizer.transcribe(np.zeros(recognizer.rate, dtype=np.float32))  # first calls are slow
     voice.speak("Hello.")

