@@ -211,9 +211,13 @@ def test_a_new_conversation_stops_the_session_and_prepares_again() -> None:
     standin = StandInDuplex([speak(25, "a")], seed=5)
     model = period_model(_speech(), standin, _request())
     model.step(_mic(0))
+    assert standin.model.audio_past_key_values == [16000]
     model.reset()
     names = [e for e, _ in standin.events]
     assert names == ["prepare", "set_session_stop", "prepare"]
+    # the model's session reset before each prepare: the audio encoder's cache is not carried
+    # from one conversation into the next (the vendor's prepare alone keeps it)
+    assert standin.model.resets == 2 and standin.model.audio_past_key_values is None
     assert not model.in_turn
     prefix, suffix, ref_audio = standin.events[-1][1]
     assert prefix.startswith("<|im_start|>system\n") and suffix == "<|im_end|>"
