@@ -226,6 +226,19 @@ def test_a_new_conversation_stops_the_session_and_prepares_again() -> None:
     assert step.calls[0].tokens == 28  # the silence prefix again, then 25 tokens
 
 
+def test_loading_the_decoder_pins_cudnn_to_deterministic_algorithms() -> None:
+    """On a GPU, cuDNN may run the vocoder's transposed convolutions with an atomics-based
+    kernel: the H200 run gave other PCM for the same speech tokens, eager against eager. The
+    decoder's load pins the flag (checked here without a GPU: it is a process setting)."""
+    saved = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = False
+    try:
+        _speech()
+        assert torch.backends.cudnn.deterministic
+    finally:
+        torch.backends.cudnn.deterministic = saved
+
+
 def test_a_voice_recording_is_the_llms_reference_audio(tmp_path: object) -> None:
     import soundfile
 

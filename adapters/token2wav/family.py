@@ -213,6 +213,11 @@ class Token2WavFamily:
             # laptop-class CPU; real time also needs spare cores for the audio callbacks.
             torch.set_num_threads(1)
         torch.manual_seed(request.seed)
+        # cuDNN may run the vocoder's transposed convolutions with an atomics-based kernel whose
+        # bits vary run to run (tests/oracle/test_oracle_hift.py): eager's PCM would not
+        # reproduce itself on a GPU and no arm could equal it (MiniCPM-o's H200 run: same speech
+        # tokens, other PCM from unit 0). Deterministic algorithms only, for the process.
+        torch.backends.cudnn.deterministic = True
         progress("loading", 0.0)
         voice = _voice(request, self.declaration)
         flow, hift = _load_models(request, size, progress)
