@@ -1,4 +1,4 @@
-"""MiniCPM-o 4.5's 1-s unit on its real model code with random weights: stages, floor, peers.
+"""MiniCPM-o 4.5's 1-s unit on its real model code with random weights: stages, exactness, peers.
 
     python3 bench/minicpmo45.py --code .vendor/minicpmo45 --out OUT/minicpmo45_h200.json   # GPU
     python3 bench/minicpmo45.py --code DIR --out /tmp/m.json --device cpu --size tiny --units 4
@@ -15,8 +15,11 @@ far as the public code states them), random bf16 weights made by the folder's ow
 (for a ``full`` decoder) ``assets/token2wav`` with our Token2Wav's seeded random weights at the
 released sizes. It is loaded through the family face as the app loads it (consent given, warm-up).
 
-Phases, each written to ``--out`` as it ends (a run cut by the device limit keeps what it measured):
+Phases (``--phases``, in this order), each written to ``--out`` as it ends (a run cut by the
+device limit keeps what it measured); ``extent``, ``exact`` and ``vendor`` are in
+``bench/minicpmo45_exact.py`` and run where the family's backbone rules are installed:
 
+0. ``extent``: one replayed LLM decode step at the carry's full capacity against 512 slots.
 1. ``arms``: each arm in ``--arms`` (eager first: it loads the stock envelope, so every arm can be
    switched to live) runs the same talk from a new conversation, re-seeded: ``--settle`` units
    (a replay arm captures there), then ``--units`` counted units, every one speaking (random
@@ -26,6 +29,10 @@ Phases, each written to ``--out`` as it ends (a run cut by the device limit keep
    family's rules, whichever runs; device synchronized at each stage's edges) and ``token2wav``
    (our synthesis span); p50/p95/p99 of each; peak memory from an emptied cache; the text tokens,
    speech tokens and PCM of every unit compared with eager's (``torch.equal`` / bytes).
+1b. ``exact``: eager, eager again (reproducible) and each of ``--exact-arms`` over
+   ``--exact-units`` with a barge-in, a new conversation and the LLM cache's window slides; per
+   unit the ids, speech tokens, generator state, each call's mel and the PCM against eager's.
+1c. ``vendor``: the vendor's own backbone against ours, greedy and sampled: token agreement.
 2. ``floor``: one settled eager speaking unit and one listening unit under torch.profiler: the
    summed device time of their kernels (the exact-replay floor), per stage and in all.
 3. ``peers`` on the same weights, Token2Wav under ``--peer-arm``: the vendor's own loop (its
@@ -65,6 +72,7 @@ from adapters.minicpmo45.folder import TOKEN2WAV_FOLDER
 from adapters.registry import family
 from app.demo import talk_periods
 from bench.env_info import environment
+from bench.minicpmo45_exact import exact, extent_cost, vendor_agreement
 from engine.arms import Arm
 from engine.duplex import DuplexLoop, PeriodOutcome
 from engine.metrics import Metrics
@@ -231,6 +239,8 @@ def write_token2wav(folder: Path, seed: int) -> None:
     torch.save(hift_state, folder / "hift_original.pt")
 
 
+PHASES = ("extent", "arms", "exact", "vendor", "floor", "peers")
+"""The phases in the order they run (``--phases`` picks some)."""
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 SPLIT = (*STAGES, "token2wav")
 
@@ -397,15 +407,11 @@ class Session:
         return {"figures": figures, "units": units}
 
     def fresh(self, arm: Arm, seed: int) -> None:
-        """A new conversation under ``arm`` from the same state as every other: re-seeded, and
-        the audio encoder's streaming cache dropped too. The vendor's ``prepare`` (our new
-        conversation) keeps that cache (``model.audio_past_key_values``; only its
-        ``reset_session`` drops it), so a new conversation's audio embeddings depend on the one
-        before, and no two arms would start alike."""
+        """A new conversation under ``arm`` from the same state as every other, re-seeded (the
+        family's new conversation resets the model's session: its audio encoder's cache too)."""
         self.loop.request_arm(arm)
-        torch.manual_seed(seed)
         self.loop.reset()
-        self.duplex.model.audio_past_key_values = None
+        torch.manual_seed(seed)
         if callable(getattr(self.rules, "reset_stats", None)):
             self.rules.reset_stats()  # the rules' counters from this conversation on
 
@@ -603,7 +609,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-units", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--greedy", action="store_true", help="greedy LLM text (else sampled)")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"of {','.join(PHASES)}")
+    parser.add_argument("--exact-arms", default="SRc", help="arms the exact phase compares")
+    parser.add_argument("--exact-seeds", default="0,1")
+    parser.add_argument("--exact-units", type=int, default=40)
+    parser.add_argument("--again-units", type=int, default=26, help="eager's second run")
+    parser.add_argument("--barge-at", type=int, default=9)
+    parser.add_argument("--new-at", type=int, default=23)
+    parser.add_argument("--window", default="300,240", help="the vendor's basic window marks")
+    parser.add_argument("--vendor-units", type=int, default=6, help="vendor agreement units")
     args = parser.parse_args(argv)
+    phases = [p for p in args.phases.split(",") if p]
+    if unknown := set(phases) - set(PHASES):
+        parser.error(f"unknown phase {sorted(unknown)}: choose among {','.join(PHASES)}")
     args.arms = [Arm.parse(a) for a in args.arms.split(",")]
     decoder = args.decoder or ("full" if args.device.startswith("cuda") else "small")
     shm = Path("/dev/shm")
@@ -643,8 +661,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.work is None:
         shutil.rmtree(folder, ignore_errors=True)  # loaded: free /dev/shm for the run
+    log = functools.partial(print, file=sys.stderr, flush=True)
+    if "extent" in phases and session.rules is not None:
+        steps = 50 if session.cuda else 3
+        result["extent"] = extent_cost(session.rules, args.device, steps)
+        log("extent", json.dumps({k: v["ms_per_step"] for k, v in result["extent"].items()}))
+        write(args.out, result)
     reference: list[dict[str, Any]] | None = None
-    for arm in args.arms:
+    for arm in args.arms if "arms" in phases else []:
         run = session.conversation(arm, str(arm))
         units = run["units"][args.settle :]
         reference = reference or units
@@ -652,7 +676,19 @@ def main(argv: list[str] | None = None) -> int:
         result["arms"][str(arm)] = run["figures"]
         result["replay"] = loaded.replay.snapshot()["total"] if loaded.replay is not None else {}
         write(args.out, result)  # after each phase: a run cut short keeps what it measured
-    if session.cuda:
+    if "exact" in phases and session.rules is not None:
+        high, low = (int(x) for x in args.window.split(","))
+        result["exact"] = exact(
+            session, [Arm.parse(a) for a in args.exact_arms.split(",")],
+            [int(x) for x in args.exact_seeds.split(",")], units=args.exact_units,
+            again_units=args.again_units, barge_at=args.barge_at, new_at=args.new_at,
+            window=(high, low), log=log, write=lambda part: write(args.out, result),
+        )  # fmt: skip
+    if "vendor" in phases and session.rules is not None:
+        result["vendor"] = vendor_agreement(session, args.seed, args.vendor_units)
+        log("vendor", json.dumps(result["vendor"]))
+        write(args.out, result)
+    if session.cuda and "floor" in phases:
         session.fresh(Arm.EAGER, args.seed)
         for k in range(args.settle):
             session.unit(session.talk[k], False)
@@ -662,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print("floor", json.dumps(result["floor"]), file=sys.stderr)
         write(args.out, result)
-    peers = [p for p in args.peers.split(",") if p]
+    peers = [p for p in args.peers.split(",") if p] if "peers" in phases else []
     args.units, args.listen = args.peer_units, 0
     for name in peers:
         t0 = time.perf_counter()

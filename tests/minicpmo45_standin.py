@@ -5,7 +5,9 @@ checkpoint's code), so everything of ours around it runs as in a real session: t
 hand-off, the windower, our Token2Wav, the loop. Its control flow follows the public code
 (OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/modeling_minicpmo.py``, ``MiniCPMODuplex``):
 
-* ``prepare`` clears the break and stop events and starts a conversation (turn state reset);
+* ``prepare`` clears the break and stop events and starts a conversation (turn state reset); it
+  keeps the model's streaming session (:class:`StandInSession`: the audio encoder's cache that
+  each prefill grows), which only the model's ``reset_session`` drops;
 * ``streaming_prefill`` does nothing while the break or stop event is set (``success`` False);
 * ``streaming_generate`` answers listen + ``end_of_turn`` while either event is set; else plays
   the next unit of its script: listen, or speak ``n`` speech tokens (seeded random below the
@@ -49,6 +51,20 @@ def speak(tokens: int, text: str = "", end: bool = False) -> Unit:
 
 
 @dataclass
+class StandInSession:
+    """The model's streaming session as the duplex object reaches it (``duplex.model``): the
+    audio encoder's cache (``audio_past_key_values``, here the samples each prefill heard),
+    dropped by ``reset_session`` only, as in the public code."""
+
+    audio_past_key_values: list[int] | None = None
+    resets: int = 0
+
+    def reset_session(self, reset_token2wav_cache: bool = True) -> None:
+        self.audio_past_key_values = None
+        self.resets += 1
+
+
+@dataclass
 class StandInDuplex:
     """The duplex object's published API over a script of units (module docstring)."""
 
@@ -60,6 +76,7 @@ class StandInDuplex:
     vendor_calls: list[tuple[list[int], bool]] = field(default_factory=list)  # (window, last)
     vendor_resets: int = 0
     heard: list[int] = field(default_factory=list)  # samples prefilled per unit
+    model: StandInSession = field(default_factory=StandInSession)
 
     def __post_init__(self) -> None:
         self._generator = torch.Generator().manual_seed(self.seed)
@@ -88,6 +105,8 @@ class StandInDuplex:
             return {"success": False}
         assert audio_waveform is not None and audio_waveform.dtype == np.float32
         self.heard.append(int(audio_waveform.shape[0]))
+        cache = self.model.audio_past_key_values or []
+        self.model.audio_past_key_values = [*cache, int(audio_waveform.shape[0])]
         return {"success": True}
 
     def streaming_generate(self) -> dict[str, Any]:

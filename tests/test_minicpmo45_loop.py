@@ -211,15 +211,32 @@ def test_a_new_conversation_stops_the_session_and_prepares_again() -> None:
     standin = StandInDuplex([speak(25, "a")], seed=5)
     model = period_model(_speech(), standin, _request())
     model.step(_mic(0))
+    assert standin.model.audio_past_key_values == [16000]
     model.reset()
     names = [e for e, _ in standin.events]
     assert names == ["prepare", "set_session_stop", "prepare"]
+    # the model's session reset before each prepare: the audio encoder's cache is not carried
+    # from one conversation into the next (the vendor's prepare alone keeps it)
+    assert standin.model.resets == 2 and standin.model.audio_past_key_values is None
     assert not model.in_turn
     prefix, suffix, ref_audio = standin.events[-1][1]
     assert prefix.startswith("<|im_start|>system\n") and suffix == "<|im_end|>"
     assert ref_audio is None
     step = model.step(_mic(1))
     assert step.calls[0].tokens == 28  # the silence prefix again, then 25 tokens
+
+
+def test_loading_the_decoder_pins_cudnn_to_deterministic_algorithms() -> None:
+    """On a GPU, cuDNN may run the vocoder's transposed convolutions with an atomics-based
+    kernel: the H200 run gave other PCM for the same speech tokens, eager against eager. The
+    decoder's load pins the flag (checked here without a GPU: it is a process setting)."""
+    saved = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = False
+    try:
+        _speech()
+        assert torch.backends.cudnn.deterministic
+    finally:
+        torch.backends.cudnn.deterministic = saved
 
 
 def test_a_voice_recording_is_the_llms_reference_audio(tmp_path: object) -> None:

@@ -1,6 +1,6 @@
 """The backbone rules on the real public MiniCPM-o 4.5 code at a tiny config (outside CI).
 
-Runs ``bench/minicpmo45_backbone.py`` on the CPU at ``--size tiny``: the public code
+Runs ``bench/minicpmo45.py``'s exactness phases on the CPU at ``--size tiny``: the public code
 (OpenBMB/MiniCPM-o-Demo ``MiniCPMO45/`` with the ``as_duplex`` shim, in the ignored
 ``.vendor/minicpmo45``) under transformers 4.51 (a separate environment on ``PYTHONPATH``).
 Skipped where either is absent, as in CI. Every arm must equal eager over two seeds, across
@@ -39,12 +39,13 @@ pytestmark = [
 
 @pytest.mark.timeout(1800)  # minutes of CPU on a loaded 2-core box: outside CI only
 def test_every_arm_equals_eager_on_the_public_code(tmp_path: Path) -> None:
-    from bench.minicpmo45_backbone import main
+    from bench.minicpmo45 import main
 
     out = tmp_path / "backbone.json"
     args = ["--code", str(CODE), "--out", str(out), "--device", "cpu", "--size", "tiny"]
-    args += ["--units", "5", "--barge-at", "1", "--new-at", "3", "--window", "60,45"]
-    args += ["--vendor-units", "2", "--timing-units", "1", "--settle", "1", "--seeds", "0,1"]
+    args += ["--phases", "exact,vendor", "--exact-units", "5", "--again-units", "5"]
+    args += ["--barge-at", "1", "--new-at", "3", "--window", "60,45", "--vendor-units", "2"]
+    args += ["--exact-seeds", "0,1", "--arms", "eager"]
     assert main([*args, "--work", str(tmp_path)]) == 0
     result = json.loads(out.read_text())
     runs = {k: v for k, v in result["exact"].items() if "/" in k}

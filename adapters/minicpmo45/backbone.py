@@ -8,7 +8,12 @@ published API only:
   → ``is_listen``, ``text``, ``end_of_turn`` (and ``finalize_unit()`` where the code defers the
   unit's end to it);
 * ``set_break_event()`` / ``clear_break_event()`` for a barge-in, ``set_session_stop()`` before a
-  new conversation.
+  new conversation;
+* the model's ``reset_session()`` before every ``prepare``: ``prepare`` alone keeps the model's
+  streaming session, in particular its audio encoder's cache (``model.audio_past_key_values``),
+  so a conversation's audio embeddings would depend on the one before it. ``reset_session`` is
+  what the model's own constructor runs, so every conversation starts from the state the first
+  one had (the vendor's own streaming path calls it for a new session too).
 
 **The hand-off.** Inside ``streaming_generate`` the duplex object turns the LLM's hidden states
 into speech tokens with its TTS head and passes each unit's tokens to one method,
@@ -196,6 +201,10 @@ class DuplexBackbone:
         return torch.zeros(1, 0, dtype=torch.int32, device=self.device)
 
     def _prepare(self) -> None:
+        """A conversation from the model's first state: its session reset, then ``prepare``."""
+        reset_session = getattr(getattr(self.duplex, "model", None), "reset_session", None)
+        if callable(reset_session):
+            reset_session(reset_token2wav_cache=True)
         prefix, suffix = system_prompt(self.prompt, self.ref_audio is not None)
         self.duplex.prepare(
             prefix_system_prompt=prefix, suffix_system_prompt=suffix, ref_audio=self.ref_audio

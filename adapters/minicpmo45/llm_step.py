@@ -15,7 +15,7 @@ attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in 
   catalog of extents would save under 3.7 %, about 2.5 ms a unit of 20 steps at the H200's
   4.8 TB/s), while each extent in a catalog adds a captured graph per fed length and its
   memory. The TTS head's carry (20 x 2 x 12 x 4,096 x 64 x 2 B = 252 MB) adds about 1.4 ms a
-  unit of 26 steps by the same count. Measured: ``bench/minicpmo45_backbone.py``'s ``extent``
+  unit of 26 steps by the same count. Measured: ``bench/minicpmo45.py``'s ``extent`` phase
   (one replayed decode step at the full capacity against a 512-slot carry). The price in
   agreement with the vendor's loop: attending masked slots changes the kernel's reduction
   blocking, so logits differ from transformers' (which attends the live length) by about one

@@ -187,7 +187,8 @@ class Token2WavFamily:
         return Token2WavSessions(self, request, flow, hift, declaration, size)
 
     def _seeded(self, request: ModelRequest) -> None:
-        """Checks ``request``, sets the host threads and seeds the global generators."""
+        """Checks ``request``, sets the host threads, pins cuDNN to deterministic algorithms and
+        seeds the global generators."""
         import torch
 
         from adapters.token2wav.presets import preset
@@ -200,6 +201,11 @@ class Token2WavFamily:
             # laptop-class CPU; real time also needs spare cores for the audio callbacks.
             torch.set_num_threads(1)
         torch.manual_seed(request.seed)
+        # cuDNN may run the vocoder's transposed convolutions with an atomics-based kernel whose
+        # bits vary run to run (tests/oracle/test_oracle_hift.py): eager's PCM would not
+        # reproduce itself on a GPU and no arm could equal it (MiniCPM-o's H200 run: same speech
+        # tokens, other PCM from unit 0). Deterministic algorithms only, for the process.
+        torch.backends.cudnn.deterministic = True
 
     # -- internals ---------------------------------------------------------------------------
 
