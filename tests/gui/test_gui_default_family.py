@@ -96,11 +96,12 @@ def test_settings_grey_out_what_the_family_ignores(
     dialog.checkpoint.setText("/somewhere/flow")
     dialog.family.setCurrentIndex(dialog.family.findData("basic"))
     for ignored in (dialog.arm, dialog.audit, dialog.checkpoint, dialog.voice, dialog.model_size,
-                    dialog.device, dialog.trust_code):  # fmt: skip
+                    dialog.trust_code):  # fmt: skip
         assert not ignored.isEnabled()
         assert ignored.toolTip().startswith("Basic voice ignores this.")
     assert dialog.settings().checkpoint is None  # not kept for a family that takes none
     assert dialog.echo_cancel.isEnabled() and dialog.input_device.isEnabled()
+    assert dialog.device.isEnabled()  # the basic voice runs its recognizer and replies on a GPU
     dialog.family.setCurrentIndex(dialog.family.findData("moshi"))
     assert dialog.arm.isEnabled() and dialog.checkpoint.isEnabled()
     assert not dialog.voice.isEnabled() and not dialog.audit.isEnabled()  # Moshi reads neither
