@@ -40,9 +40,12 @@ __all__ = [
     "LoadedModel",
     "ModelRequest",
     "Progress",
+    "PublicCheckpoint",
     "SessionSource",
     "gib",
+    "has_speech_decoder",
     "session_source",
+    "speech_decoder",
 ]
 
 Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
@@ -101,6 +104,25 @@ class Footprint:
     packages: tuple[str, ...] = ()  # the modules it imports beyond the base install
 
 
+@dataclass(frozen=True)
+class PublicCheckpoint:
+    """A checkpoint a user may download (the Models page): its hub repository and the files the
+    app needs from it; a family declares its own in :attr:`Family.downloads`."""
+
+    title: str
+    repo_id: str
+    patterns: tuple[str, ...]  # allow_patterns: only these files come down
+    subfolder: str  # the checkpoint folder inside the download (Settings points at it)
+    needs: str  # what comes down, in words
+    family: str  # the family (adapters.registry key) that loads it
+    gpu: bool = True  # it needs a CUDA GPU to run in real time (checked before downloading)
+
+    @property
+    def folder_name(self) -> str:
+        """The download's folder inside the models folder: the repository's name."""
+        return self.repo_id.split("/")[-1]
+
+
 class FamilyAudit(Protocol):
     """Audit mode of a loaded model (paper §3.6): the shadow auditor on its carry."""
 
@@ -147,6 +169,7 @@ class Family(Protocol):
     declaration: str  # its declaration's name (assets/declarations/<name>.yaml)
     reads: frozenset[str]  # the ModelRequest fields it uses; the window greys out the others
     full_duplex: bool  # listens while it speaks (False: a cascade that answers after a pause)
+    downloads: tuple[PublicCheckpoint, ...]  # what the Models page offers to fetch for it
 
     def check(self, request: ModelRequest) -> None:
         """Raise :class:`FamilyError` naming the fix if ``request`` cannot load (torch-free:
@@ -200,3 +223,19 @@ def session_source(face: Family, request: ModelRequest, progress: Progress) -> S
         )
     source: SessionSource = load(request, progress)
     return source
+
+
+def speech_decoder(face: Family, request: ModelRequest, progress: Progress) -> Any:
+    """``face``'s speech decoder alone, under ``request``'s arm (``synth``: speech tokens in,
+    speech out; the family's own model object, whose ``speech``, ``windower``, ``replay``,
+    ``voice``, ``vocab``, ``binding`` and ``output_rate`` synth drives); a
+    :class:`FamilyError` when the family has none."""
+    load = getattr(face, "load_speech", None)
+    if load is None:
+        raise FamilyError(f"family {face.key} has no stand-alone speech decoder", "family")
+    return load(request, progress)
+
+
+def has_speech_decoder(face: Family) -> bool:
+    """Whether :func:`speech_decoder` serves ``face`` (torch-free)."""
+    return callable(getattr(face, "load_speech", None))

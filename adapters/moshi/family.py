@@ -29,8 +29,23 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
-from adapters.moshi.config import CheckpointError, DamagedFile, check_folder
+from adapters.face import (
+    FamilyError,
+    Footprint,
+    LoadedModel,
+    ModelRequest,
+    Progress,
+    PublicCheckpoint,
+    gib,
+)
+from adapters.moshi.config import (
+    MIMI_FILE,
+    MOSHI_FILE,
+    TOKENIZER_FILE,
+    CheckpointError,
+    DamagedFile,
+    check_folder,
+)
 from adapters.moshi.periods import AUDIBLE_PEAK, VOICE_RMS, MoshiPeriods, warm_up
 from adapters.moshi.vendor import VendorVersionError, require_verified
 
@@ -49,6 +64,13 @@ class MoshiFamily:
     declaration: str = "moshi"
     reads: frozenset[str] = frozenset({"device", "model_size", "checkpoint", "arm", "seed"})
     full_duplex: bool = True
+    downloads: tuple[PublicCheckpoint, ...] = (
+        PublicCheckpoint(
+            "Moshi (Kyutai) 7B", "kyutai/moshiko-pytorch-bf16",
+            (MOSHI_FILE, MIMI_FILE, TOKENIZER_FILE), "",
+            "the 7B in bf16, its Mimi codec and its text tokenizer", "moshi",
+        ),
+    )  # fmt: skip
 
     def check(self, request: ModelRequest) -> None:
         """The ``moshi`` package's version, the folder and its files (torch-free)."""

@@ -19,7 +19,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
+from adapters.face import (
+    FamilyError,
+    Footprint,
+    LoadedModel,
+    ModelRequest,
+    Progress,
+    PublicCheckpoint,
+    gib,
+)
 from adapters.moshi.config import CheckpointError, DamagedFile
 from adapters.moshi.family import require_moshi
 from adapters.personaplex.config import ROLES
@@ -41,6 +49,7 @@ class PersonaPlexFamily:
         {"device", "model_size", "checkpoint", "arm", "seed", "voice", "role"}
     )
     full_duplex: bool = True
+    downloads: tuple[PublicCheckpoint, ...] = ()  # gated: the user downloads it (README)
     roles: tuple[str, ...] = tuple(ROLES)  # the role presets, by name (any text is a role too)
 
     def check(self, request: ModelRequest) -> None:

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.face import FamilyError, Footprint, LoadedModel, ModelRequest, Progress, gib
+from adapters.face import (
+    FamilyError,
+    Footprint,
+    LoadedModel,
+    ModelRequest,
+    Progress,
+    PublicCheckpoint,
+    gib,
+)
 from adapters.token2wav.config import CheckpointError, check_folder
 from adapters.token2wav.speech_model import SpeechModel
 from engine.arms import switchable_arms
@@ -51,6 +59,7 @@ class Token2WavFamily:
         {"device", "model_size", "checkpoint", "voice", "voice_frames", "arm", "audit", "seed"}
     )
     full_duplex: bool = True
+    downloads: tuple[PublicCheckpoint, ...] = ()
 
     def check(self, request: ModelRequest) -> None:
         """Folder and files only (torch-free)."""
@@ -283,7 +292,15 @@ SYNTHETIC = Token2WavFamily(
     key="synthetic",
     title="MiniCPM-o 4.5 Token2Wav, synthetic backbone",
     declaration="minicpmo45_token2wav",
-)
+    downloads=(
+        PublicCheckpoint(
+            "MiniCPM-o 4.5 voice (Token2Wav)", "openbmb/MiniCPM-o-4_5",
+            ("assets/token2wav/*",), "assets/token2wav",
+            "its flow and vocoder (flow.yaml, flow.pt, hift_original.pt); real time needs a GPU",
+            "synthetic",
+        ),
+    ),
+)  # fmt: skip
 LYCHEEFD = Token2WavFamily(
     key="lycheefd",
     title="Lychee-FD Token2Wav, synthetic backbone",
