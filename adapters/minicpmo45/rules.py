@@ -52,7 +52,7 @@ from engine.signature import Catalog, TensorSpec
 
 __all__ = ["DECLARATION", "STAGES", "WINDOW_ENV", "BackboneRules", "BackboneSpec", "attribute"]
 
-DECLARATION = Path(__file__).resolve().parents[2] / "assets/declarations/minicpmo45_backbone.yaml"
+DECLARATION = Path(__file__).resolve().parent / "backbone.yaml"
 WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
 """``high,low``: the vendor's basic window marks for a run that must see a slide early."""
 
@@ -68,7 +68,8 @@ def attribute(obj: Any, dotted: str) -> Any:
 
 @dataclass(frozen=True)
 class BackboneSpec:
-    """The backbone declaration (``assets/declarations/minicpmo45_backbone.yaml``)."""
+    """The backbone's declaration (``adapters/minicpmo45/backbone.yaml``, beside the family: it
+    is not an engine declaration, so ``assets/declarations`` does not list it)."""
 
     window_mode: str
     llm_capacity_from: str
