@@ -20,7 +20,7 @@ from adapters.moshi.config import CheckpointError, size_for
 from adapters.moshi.config import check_folder as check_moshi
 from adapters.token2wav.config import CheckpointError as Token2WavError
 from adapters.token2wav.config import check_folder as check_token2wav
-from engine.files_read import FileRefused, read_json
+from engine.files_read import FileRefused, confined, read_json
 from tests.moshi_small import DECLARATION
 
 pytestmark = pytest.mark.timeout(30)  # a FIFO that blocked would hang: fail instead
@@ -43,13 +43,16 @@ HOSTILE_NAMES: dict[str, tuple[Callable[[Path], str], str]] = {
     "/etc/passwd": (lambda folder: "/etc/passwd", "no absolute path"),
     "../": (lambda folder: "../x.safetensors", re.escape("no '..'")),
     "a FIFO": (lambda folder: _fifo(folder / "pipe.json").name, "FIFO"),
-    "a symlink out": (
-        lambda folder: (folder / "link.json").symlink_to(_outside(folder)) or "link.json",
-        "leads outside the folder",
-    ),
     "a symlink to a device": (
         lambda folder: (folder / "zero.json").symlink_to("/dev/zero") or "zero.json",
-        "leads outside the folder",
+        "not a regular file",
+    ),
+    "a symlink to a FIFO": (
+        lambda folder: (
+            (folder / "pipe.json").symlink_to(_fifo(folder.parent / f"{folder.name}-pipe"))
+            or "pipe.json"
+        ),
+        "FIFO",
     ),
 }
 
@@ -90,9 +93,20 @@ def test_token2wav_files_are_regular_files_in_the_folder(tmp_path: Path, name: s
     with pytest.raises(Token2WavError, match="FIFO"):
         check_token2wav(tmp_path)
     os.unlink(tmp_path / name)
-    (tmp_path / name).symlink_to(_outside(tmp_path))
-    with pytest.raises(Token2WavError, match="leads outside the folder"):
+    (tmp_path / name).symlink_to("/dev/zero")  # a link is followed: to a device, refused
+    with pytest.raises(Token2WavError, match="not a regular file"):
         check_token2wav(tmp_path)
+
+
+def test_a_link_to_a_regular_file_elsewhere_is_followed(tmp_path: Path) -> None:
+    """The hub's cache keeps each checkpoint file as a link into its blobs folder: followed."""
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    blob = tmp_path / "blobs" / "config"
+    blob.parent.mkdir()
+    blob.write_text("{}")
+    (folder / "config.json").symlink_to(blob)
+    assert confined(folder, "config.json", "config") == folder / "config.json"
 
 
 def test_a_huge_config_is_refused_by_its_size_unread(tmp_path: Path) -> None:
