@@ -1,7 +1,7 @@
 """The basic family: turn-taking, speech recognition, a reply and a voice, period by period.
 
 :class:`BasicCascade` is a cascade, not a full-duplex model: it listens with silero-vad and the
-synthetic family's :class:`~adapters.synthetic.turns.TurnTaker` (the same thresholds), and when
+shared :class:`~adapters.turns.taker.TurnTaker` (the same thresholds), and when
 the user's turn ends it transcribes the utterance, lets a small language model answer, and
 speaks the answer clause by clause. Barge-in (the user talks over it) stops the answer at once.
 
@@ -61,8 +61,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from adapters.synthetic.turns import Floor, TurnEvent, TurnParams, TurnTaker
-from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
+from adapters.turns.taker import Floor, TurnEvent, TurnParams, TurnTaker
+from adapters.turns.vad import RATE, WINDOW, VoiceActivity
 from engine.arms import Arm
 from engine.duplex import PeriodStep, Phase, SpanFactory
 

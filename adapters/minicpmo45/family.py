@@ -232,7 +232,7 @@ def period_model(
     from adapters.minicpmo45.backbone import DuplexBackbone
     from adapters.minicpmo45.rules import BackboneRules
     from adapters.minicpmo45.windows import DuplexWindower
-    from adapters.synthetic.vad import RATE, VoiceActivity
+    from adapters.turns.vad import RATE, VoiceActivity
     from engine.windowed import WindowedSynthesis
 
     values = speech.values

@@ -2,9 +2,10 @@
 
 Two declarations, one face each: ``synthetic`` (MiniCPM-o 4.5's decoder, 28-token windows at a
 25-token stride) and ``lycheefd`` (Lychee-FD's, 13/10). The backbone that decides when to speak
-is the seeded synthetic one (``adapters.synthetic``: real turn-taking from silero-vad, random
-speech tokens), so without a checkpoint the audio is not speech, and with one it is speech
-synthesis of random tokens: the decoder's cadence, replay and memory are what is real.
+is the seeded synthetic one (``adapters.synthetic``: silero-vad turn-taking from
+``adapters.turns``, random speech tokens), so without a checkpoint the audio is not speech, and
+with one it is speech synthesis of random tokens: the decoder's cadence, replay and memory are
+what is real.
 
 :meth:`Token2WavFamily.load` builds, from the request and the declaration alone: the flow and
 HiFT (a checkpoint folder or seeded random weights, ``full`` or ``small``), the voice prompt
@@ -137,7 +138,7 @@ class Token2WavFamily:
         """The period model over a warmed-up decoder: the synthetic backbone (seeded by the
         request) speaking through ``speech``."""
         from adapters.synthetic import SyntheticBackbone
-        from adapters.synthetic.vad import RATE
+        from adapters.turns.vad import RATE
         from engine.windowed import WindowedSynthesis
 
         token_rate = speech.declaration.clock_rate("token", speech.values)
