@@ -34,11 +34,11 @@ from adapters.face import (
     ModelRequest,
     Progress,
     PublicCheckpoint,
-    gib,
 )
 from adapters.token2wav.config import CheckpointError, check_folder
 from adapters.token2wav.speech_model import SpeechModel
 from engine.arms import switchable_arms
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from adapters.token2wav.presets import ModelPreset
@@ -99,14 +99,14 @@ class Token2WavFamily:
         folder = request.checkpoint
         if folder is None or not folder.is_dir():
             needs = (
-                f"{gib(state)} of state under {request.arm} (its declaration's plan) besides "
+                f"{byte_text(state)} of state under {request.arm} (its declaration's plan) besides "
                 "its weights; seeded random weights run small on the CPU, full size on a GPU"
             )
             return Footprint((), needs)
         weights = sum(f.stat().st_size for f in folder.glob("*.pt") if f.is_file())
         needs = (
-            f"{gib(weights + state)} on a GPU for real time: {gib(weights)} weights, "
-            f"{gib(state)} of state under {request.arm} (its declaration's plan)"
+            f"{byte_text(weights + state)} on a GPU for real time: {byte_text(weights)} weights, "
+            f"{byte_text(state)} of state under {request.arm} (its declaration's plan)"
         )
         return Footprint((folder,), needs)
 

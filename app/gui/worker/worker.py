@@ -45,6 +45,7 @@ from app.heap import freeze_heap
 from app.settings import Settings
 from app.transcript import LiveFile, Transcript, audio_time, transcript_path
 from engine.arms import Arm
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from app.session import Session
@@ -94,7 +95,7 @@ def _accelerator(device: str) -> str:
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(device))
-    return f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
+    return f"{props.name}, {byte_text(props.total_memory)}"
 
 
 def describe_error(exc: BaseException) -> str:
