@@ -1,9 +1,10 @@
 """The engine thread: the one thread that builds the session and makes every torch/CUDA call.
 
-DESIGN.md ("Threads in the app"): the engine thread pulls one native period of input, runs the
-full-duplex step, hands the PCM to the output, and publishes plain-Python records; the GUI
-thread only draws what it pulls at display rate. So this module is the only GUI code that
-imports ``app.session`` (and through it torch), and it does so inside :meth:`EngineThread.run`.
+docs/architecture.md ("Threads in the app"): the engine thread pulls one native period of
+input, runs the full-duplex step, hands the PCM to the output, and publishes plain-Python
+records; the GUI thread only draws what it pulls at display rate. So this module is the only
+GUI code that imports ``app.session`` (and through it torch), and it does so inside
+:meth:`EngineThread.run`.
 
 What crosses threads, and how:
     * progress, ready, failure and end: Qt signals (queued to the GUI thread);
