@@ -42,7 +42,6 @@ __all__ = [
     "Progress",
     "PublicCheckpoint",
     "SessionSource",
-    "gib",
     "has_speech_decoder",
     "session_source",
     "speech_decoder",
@@ -88,11 +87,6 @@ class ModelRequest:
     # stepped (a file on a simulated clock), so a model whose work runs off the engine thread
     # (the basic cascade) waits for it instead of answering after the input has ended.
     realtime: bool = True
-
-
-def gib(n: int) -> str:
-    """Bytes as people read them in a footprint: ``"15.2 GiB"``."""
-    return f"{n / 2**30:.1f} GiB"
 
 
 @dataclass(frozen=True)

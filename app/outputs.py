@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine.files import OutputError, check_output
+from engine.sizes import byte_text
 
 __all__ = [
     "TRACE_BYTES_PER_PERIOD",
@@ -85,6 +86,6 @@ def _check_space(paths: Sequence[Path], bytes_needed: int) -> None:
         free = shutil.disk_usage(folder).free
         if free < bytes_needed:
             raise OutputsError(
-                f"{folder} has {free / 2**20:,.0f} MiB free; this run may write up to "
-                f"{bytes_needed / 2**20:,.0f} MiB: free some space or write elsewhere"
+                f"{folder} has {byte_text(free, 'MiB', 0)} free; this run may write up to "
+                f"{byte_text(bytes_needed, 'MiB', 0)}: free some space or write elsewhere"
             )

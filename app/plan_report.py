@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.plan import MIB, OperatorPlan, Plan, RegionPlan
+from engine.plan import OperatorPlan, Plan, RegionPlan
+from engine.sizes import MIB
 
 EXTENTS_SHOWN = 6  # longer catalogs print as "first, second, …, last (count)"
 

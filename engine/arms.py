@@ -1,4 +1,4 @@
-"""Ablation arms: which of the two rules a stream runs under (DESIGN.md, "The arms").
+"""Ablation arms: which of the two rules a stream runs under (the paper's ablation).
 
 ============  ==========================  ========  ============
 arm           state rule (sizing, carry)  replay    granularity

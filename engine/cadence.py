@@ -113,7 +113,7 @@ class CadenceStats:
     """Sliding-window cadence summary for the live panel: percentiles and overruns.
 
     ``update`` costs O(1); ``summary`` sorts the window (``window`` periods, default 200: the
-    DESIGN.md minimum for a p99), so call it at display rate, not per operator call.
+    minimum for a p99, docs/architecture.md), so call it at display rate, not per operator call.
     """
 
     def __init__(self, window: int = 200) -> None:

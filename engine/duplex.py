@@ -17,11 +17,11 @@ tokens, a windower cuts them into decoder calls, a synthesizer turns calls into 
 Token2Wav families) and a family's own (Moshi: one codec frame in, one out).
 
 Playback: a period's ``pcm`` is always exactly one period of samples (``period_s ·
-output_rate``), taken from a playout queue the model's audio fills, with silence where the queue
-runs short (listening, or a turn's short last call). So a sink fed one period per period stays
-continuous and the output stays aligned with the input (period ``k`` of the output WAV is what
-the assistant said in answer to periods ``0..k`` of the input); ``loop.queued_samples`` in the
-trace shows it if a model outpaces its period.
+output_rate``), taken from a playout queue (:class:`~engine.playout.Playout`) the model's audio
+fills, with silence where the queue runs short (listening, or a turn's short last call). So a
+sink fed one period per period stays continuous and the output stays aligned with the input
+(period ``k`` of the output WAV is what the assistant said in answer to periods ``0..k`` of the
+input); ``loop.queued_samples`` in the trace shows it if a model outpaces its period.
 
 Threads: ``step`` and ``reset`` on the engine thread only (it owns every CUDA call);
 ``request_arm`` from any thread. Nothing here knows a model family, Qt or an audio device.
@@ -30,9 +30,8 @@ Threads: ``step`` and ``reset`` on the engine thread only (it owns every CUDA ca
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -43,6 +42,7 @@ from torch import Tensor
 
 from engine.arms import Arm
 from engine.metrics import Metrics, PeriodRecord
+from engine.playout import Playout
 from engine.replay import ReplayEngine
 from engine.trace import TraceWriter
 from engine.windows import CallInfo
@@ -56,9 +56,15 @@ __all__ = [
     "Phase",
     "SpanFactory",
     "StageTimed",
+    "untimed",
 ]
 
 SpanFactory = Callable[[str], AbstractContextManager[None]]
+
+
+def untimed(name: str) -> AbstractContextManager[None]:
+    """The stage timer of a model nobody times (``span or untimed``): every span is nothing."""
+    return nullcontext()
 
 
 class Phase(StrEnum):
@@ -169,8 +175,7 @@ class DuplexLoop:
         self.period_facts = period_facts
         self.input_samples = round(model.period_s * model.input_rate)
         self.output_samples = round(model.period_s * model.output_rate)
-        self._playout: deque[np.ndarray] = deque()
-        self._queued = 0
+        self._playout = Playout()
         self._lock = threading.Lock()
         self._requested: Arm | None = None
         if isinstance(model, StageTimed):
@@ -184,7 +189,7 @@ class DuplexLoop:
     @property
     def in_turn(self) -> bool:
         """True while an answer is under way or still queued for playback."""
-        return self.model.in_turn or self._queued > 0
+        return self.model.in_turn or self._playout.queued > 0
 
     def request_arm(self, arm: Arm) -> None:
         """Switch to ``arm`` at the next period's start; safe from any thread."""
@@ -195,7 +200,6 @@ class DuplexLoop:
         """Back to a fresh conversation: the model reset in place, playout emptied."""
         self.model.reset()
         self._playout.clear()
-        self._queued = 0
 
     def step(self, mic: np.ndarray) -> PeriodOutcome:
         """One native period: hear ``mic`` (float32 mono, one period at the input rate)."""
@@ -209,8 +213,8 @@ class DuplexLoop:
         self.metrics.begin_period(replay=replay.snapshot() if replay is not None else None)
         step = self.model.step(mic.astype(np.float32, copy=False))
         for pcm in step.audio:
-            self._queue(pcm)
-        out = self._play()
+            self._playout.push(pcm.detach().reshape(-1).to(torch.float32).cpu().numpy())
+        out = self._playout.period(self.output_samples)
         record = self.metrics.end_period(
             replay=replay.snapshot() if replay is not None else None,
             events=replay.drain_events() if replay is not None else (),
@@ -233,28 +237,6 @@ class DuplexLoop:
             self.model.set_arm(arm)
             self.metrics.set_arm(str(arm), reason="requested")
 
-    def _queue(self, pcm: Tensor) -> None:
-        samples = pcm.detach().reshape(-1).to(torch.float32).cpu().numpy()
-        if samples.size:
-            self._playout.append(samples)
-            self._queued += samples.size
-
-    def _play(self) -> np.ndarray:
-        """Exactly one period from the playout queue, silence where it runs short."""
-        out = np.zeros(self.output_samples, dtype=np.float32)
-        filled = 0
-        while filled < self.output_samples and self._playout:
-            head = self._playout[0]
-            n = min(head.size, self.output_samples - filled)
-            out[filled : filled + n] = head[:n]
-            filled += n
-            if n == head.size:
-                self._playout.popleft()
-            else:
-                self._playout[0] = head[n:]
-        self._queued -= filled
-        return out
-
     def _loop_facts(self, step: PeriodStep, out: np.ndarray) -> dict[str, Any]:
         """The period's conversation facts for the trace (plain JSON values)."""
         facts: dict[str, Any] = {
@@ -269,6 +251,6 @@ class DuplexLoop:
             facts["text"] = step.text
         if step.heard:
             facts["heard"] = step.heard
-        facts["queued_samples"] = self._queued
+        facts["queued_samples"] = self._playout.queued
         facts["out_peak"] = round(float(np.abs(out).max(initial=0.0)), 6)
         return facts

@@ -142,7 +142,8 @@ def memory_stats(device: torch.device, *, reset_peak: bool = False) -> dict[str,
     """Memory in bytes: CUDA allocated/reserved and their peaks, or CPU resident set and peak.
 
     With ``reset_peak`` the CUDA peak is reset AFTER it is read, so the next reading is the
-    peak of the next phase (DESIGN.md: stats reset between phases). The CPU peak cannot reset.
+    peak of the next phase (docs/architecture.md: peaks reset between phases). The CPU peak
+    cannot reset.
     """
     if device.type == "cuda":
         stats = {

@@ -49,8 +49,8 @@ from engine.extents import (
     reset_state,
     walk,
 )
+from engine.sizes import MIB
 
-MIB = 1 << 20
 MAX_BYTES = 1 << 60  # a region's bytes: far past any device, far short of 3.9e79 MiB
 
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from engine.cadence import replay_totals
 from engine.files import OutputError, atomic_write
+from engine.sizes import MIB
 from engine.trace import TraceError, read_trace, stream_trace
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
 
 TRACKS = {1: "cadence", 2: "operators (host)", 3: "operators (device)", 4: "replay events"}
 _SPAN_TID = {"host": 2, "device": 3}
-_MIB = 1024 * 1024
 # Events that concern the whole session (not one operator) get global scope in the viewer.
 _GLOBAL_KINDS = frozenset({"arm_switch"})
 
@@ -118,7 +118,7 @@ def _period_events(record: Mapping[str, Any], pid: int) -> list[dict[str, Any]]:
 def _counter_events(record: Mapping[str, Any], pid: int, ts: float) -> list[dict[str, Any]]:
     """Memory (MiB), cadence (ms) and replay counters, sampled at the period's end."""
     memory = {
-        k.removesuffix("_bytes") + "_MiB": v / _MIB
+        k.removesuffix("_bytes") + "_MiB": v / MIB
         for k, v in record.get("memory", {}).items()
         if isinstance(v, int | float)
     }

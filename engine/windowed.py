@@ -20,7 +20,6 @@ Threads: the engine thread only. Nothing here knows a model family.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +28,7 @@ import torch
 from torch import Tensor
 
 from engine.arms import Arm
-from engine.duplex import PeriodStep, Phase, SpanFactory, StageTimed
+from engine.duplex import PeriodStep, Phase, SpanFactory, StageTimed, untimed
 from engine.windows import TokenWindower
 
 __all__ = ["Backbone", "BackboneStep", "Synthesizer", "WindowedSynthesis"]
@@ -97,7 +96,7 @@ class WindowedSynthesis:
         self.backbone, self.synthesizer, self.windower = backbone, synthesizer, windower
         self.period_s, self.input_rate = backbone.period_s, backbone.input_rate
         self.output_rate = output_rate
-        self._span: SpanFactory = _untimed
+        self._span: SpanFactory = untimed
 
     @property
     def arm(self) -> Arm:
@@ -117,7 +116,7 @@ class WindowedSynthesis:
         self.synthesizer.reset()
 
     def set_stage_timer(self, span: SpanFactory | None) -> None:
-        self._span = span or _untimed
+        self._span = span or untimed
         for part in (self.backbone, self.synthesizer):
             if isinstance(part, StageTimed):
                 part.set_stage_timer(span)
@@ -144,7 +143,3 @@ class WindowedSynthesis:
             calls=tuple(call.info for call in calls),
             facts={"tokens": int(decision.tokens.shape[1])},
         )
-
-
-def _untimed(name: str) -> nullcontext[None]:
-    return nullcontext()

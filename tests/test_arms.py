@@ -1,4 +1,4 @@
-"""The ablation arms: their flags follow DESIGN.md's table and names parse as users type them."""
+"""The ablation arms: their flags follow engine/arms.py's table; names parse as users type them."""
 
 from __future__ import annotations
 

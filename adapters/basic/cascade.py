@@ -1,7 +1,7 @@
 """The basic family: turn-taking, speech recognition, a reply and a voice, period by period.
 
 :class:`BasicCascade` is a cascade, not a full-duplex model: it listens with silero-vad and the
-synthetic family's :class:`~adapters.synthetic.turns.TurnTaker` (the same thresholds), and when
+shared :class:`~adapters.turns.taker.TurnTaker` (the same thresholds), and when
 the user's turn ends it transcribes the utterance, lets a small language model answer, and
 speaks the answer clause by clause. Barge-in (the user talks over it) stops the answer at once.
 
@@ -54,17 +54,17 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from adapters.synthetic.turns import Floor, TurnEvent, TurnParams, TurnTaker
-from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
+from adapters.turns.taker import Floor, TurnEvent, TurnParams, TurnTaker
+from adapters.turns.vad import RATE, WINDOW, VoiceActivity
 from engine.arms import Arm
-from engine.duplex import PeriodStep, Phase, SpanFactory
+from engine.duplex import PeriodStep, Phase, SpanFactory, untimed
+from engine.playout import Playout
 
 __all__ = ["PAD_S", "BasicCascade", "Hearing", "Replying", "Speaking"]
 
@@ -151,7 +151,7 @@ class BasicCascade:
         self.recognizer, self.replier, self.voice = recognizer, replier, voice
         self.realtime, self.wait_s, self.self_voice = realtime, wait_s, self_voice
         self._arm = Arm.EAGER
-        self._span: SpanFactory | None = None
+        self._span: SpanFactory = untimed
         self.vad = VoiceActivity()
         self.taker = TurnTaker(turns)
         self._speculate = self.taker.params.windows(speculate_s)
@@ -178,7 +178,7 @@ class BasicCascade:
         self._arm = Arm(arm)
 
     def set_stage_timer(self, span: SpanFactory | None) -> None:
-        self._span = span
+        self._span = span or untimed
 
     def reset(self) -> None:
         """A fresh conversation: the job cancelled, VAD and floor reset, playout emptied."""
@@ -192,7 +192,7 @@ class BasicCascade:
         self._quiet = 0  # unvoiced windows since the user's voice last stopped
         self._utterance = 0  # the sample where the user's current utterance begins
         self._done = False  # the current job posted ``done``
-        self._playout: deque[np.ndarray] = deque()
+        self._playout = Playout()
         self._played: deque[float] = deque([0.0, 0.0], maxlen=2)  # loudest window, per period
         self.own_voice = 0  # voiced windows taken for the cascade's own voice
 
@@ -210,7 +210,7 @@ class BasicCascade:
                 f"mic has shape {audio.shape}; pass one period of mono audio: "
                 f"({self.input_samples},) float32 samples at {self.input_rate} Hz"
             )
-        with self._span("vad") if self._span is not None else nullcontext():
+        with self._span("vad"):
             self._remember(audio)
             probs = self.vad.push(audio)
             was_speaking = self.taker.speaking
@@ -229,7 +229,7 @@ class BasicCascade:
             self._played.append(0.0)
             return PeriodStep(Phase.LISTEN, (), voice)
         heard, said = self._drain()
-        pcm = self._play()
+        pcm = self._playout.take(self.output_samples)
         self._played.append(_loudest(pcm, round(self.taker.params.window_s * self.output_rate)))
         ended = self._done and not self._playout
         if ended:
@@ -311,7 +311,7 @@ class BasicCascade:
         heard, said = [], []
         job = self._job
         while job is not None and not self._done:
-            short = sum(pcm.size for pcm in self._playout) < self.output_samples
+            short = self._playout.queued < self.output_samples
             try:
                 if self.realtime or not short:
                     kind, text, pcm = job.events.get_nowait()
@@ -328,27 +328,12 @@ class BasicCascade:
                 heard.append(text)
             elif kind == "say" and pcm is not None:
                 said.append(text)
-                self._playout.append(pcm)
+                self._playout.push(pcm)
             elif kind == "failed":
                 raise RuntimeError(f"the basic voice failed while answering: {text}")
             elif kind == "done":
                 self._done = True
         return " ".join(heard), "".join(f" {clause}" for clause in said)
-
-    def _play(self) -> np.ndarray:
-        """Up to one period from the playout queue (the loop pads a short one with silence)."""
-        parts: list[np.ndarray] = []
-        filled = 0
-        while filled < self.output_samples and self._playout:
-            head = self._playout[0]
-            n = min(head.size, self.output_samples - filled)
-            parts.append(head[:n])
-            filled += n
-            if n == head.size:
-                self._playout.popleft()
-            else:
-                self._playout[0] = head[n:]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
     # -- the worker thread ------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from adapters.face import FamilyError
-from adapters.synthetic.vad import VoiceActivity
+from adapters.turns.vad import VoiceActivity
 from engine.duplex import Phase, SpanFactory
 from engine.windowed import BackboneStep
 

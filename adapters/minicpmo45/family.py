@@ -43,11 +43,11 @@ from adapters.face import (
     ModelRequest,
     Progress,
     PublicCheckpoint,
-    gib,
 )
 from adapters.minicpmo45.folder import check_folder, weight_bytes
 from adapters.token2wav.family import SYNTHETIC
 from engine.arms import switchable_arms
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,11 +175,14 @@ class MiniCPMO45Family:
         full = dataclasses.replace(request, model_size="full")
         decoder = self._decoder_request(full) if folder is not None else None
         llm, decoder_bytes, headroom = self._memory(full, decoder, folder)
-        parts = f"{gib(decoder_bytes)} our Token2Wav under {request.arm}, {gib(headroom)} headroom"
+        parts = (
+            f"{byte_text(decoder_bytes)} our Token2Wav under {request.arm}, "
+            f"{byte_text(headroom)} headroom"
+        )
         if folder is None:
             return Footprint((), f"a CUDA GPU for its weights in bf16, {parts}", packages)
         needed = llm + decoder_bytes + headroom
-        needs = f"a CUDA GPU with {gib(needed)}: {gib(llm)} weights in bf16, {parts}"
+        needs = f"a CUDA GPU with {byte_text(needed)}: {byte_text(llm)} weights in bf16, {parts}"
         return Footprint((folder.path,), needs, packages)
 
     def _memory(
@@ -205,8 +208,8 @@ class MiniCPMO45Family:
         llm, decoder_bytes, headroom = self._memory(request, decoder, folder)
         needed = llm + decoder_bytes + headroom
         parts = (
-            f"{gib(llm)} weights in bf16 without vision, {gib(decoder_bytes)} our Token2Wav "
-            f"under {request.arm}, {gib(headroom)} headroom"
+            f"{byte_text(llm)} weights in bf16 without vision, {byte_text(decoder_bytes)} our "
+            f"Token2Wav under {request.arm}, {byte_text(headroom)} headroom"
         )
         seen = check_memory(request.device, needed, parts)
         unit = float(1 << 30)
@@ -232,7 +235,7 @@ def period_model(
     from adapters.minicpmo45.backbone import DuplexBackbone
     from adapters.minicpmo45.rules import BackboneRules
     from adapters.minicpmo45.windows import DuplexWindower
-    from adapters.synthetic.vad import RATE, VoiceActivity
+    from adapters.turns.vad import RATE, VoiceActivity
     from engine.windowed import WindowedSynthesis
 
     values = speech.values

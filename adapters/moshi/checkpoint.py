@@ -23,6 +23,7 @@ from torch import nn
 
 from adapters.moshi.config import WORKSPACE_BYTES, CheckpointError, FolderFiles, MoshiSize
 from adapters.weights import randomize_
+from engine.sizes import byte_text
 
 __all__ = ["MoshiModels", "Vocabulary", "build_models", "memory_needed"]
 
@@ -203,6 +204,5 @@ def check_memory(device: torch.device, needed: int) -> None:
         fix = "close other programs, use a CUDA GPU, or set the model size to small"
     if free < needed:
         raise CheckpointError(
-            f"Moshi needs about {needed / 2**30:.1f} GiB of {where} {free / 2**30:.1f} GiB "
-            f"free: {fix}"
+            f"Moshi needs about {byte_text(needed)} of {where} {byte_text(free)} free: {fix}"
         )

@@ -36,7 +36,6 @@ from adapters.face import (
     ModelRequest,
     Progress,
     PublicCheckpoint,
-    gib,
 )
 from adapters.moshi.config import (
     MIMI_FILE,
@@ -48,6 +47,7 @@ from adapters.moshi.config import (
 )
 from adapters.moshi.periods import AUDIBLE_PEAK, VOICE_RMS, MoshiPeriods, warm_up
 from adapters.moshi.vendor import VendorVersionError, require_verified
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from adapters.moshi.sessions import MoshiSessions
@@ -101,7 +101,9 @@ class MoshiFamily:
         from engine.declaration_io import load_declaration
 
         rings = size_for("full", load_declaration(self.declaration)).ring_bytes(2)
-        parts = f"{gib(rings)} rings (its declaration) and {gib(WORKSPACE_BYTES)} workspace"
+        parts = (
+            f"{byte_text(rings)} rings (its declaration) and {byte_text(WORKSPACE_BYTES)} workspace"
+        )
         folder = request.checkpoint
         try:
             files = check_folder(folder) if folder is not None else None
@@ -112,7 +114,7 @@ class MoshiFamily:
             return Footprint((), needs, ("moshi",))
         weights = files.moshi.stat().st_size + files.mimi.stat().st_size
         total = weights + rings + WORKSPACE_BYTES
-        needs = f"a CUDA GPU with {gib(total)}: {gib(weights)} weights, {parts}"
+        needs = f"a CUDA GPU with {byte_text(total)}: {byte_text(weights)} weights, {parts}"
         return Footprint((files.folder,), needs, ("moshi",))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:

@@ -12,7 +12,7 @@ Torch-free at import (the face imports this module; torch loads inside the funct
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from adapters.face import FamilyError, Progress
@@ -69,37 +69,34 @@ def warm_up(
     import torch
 
     from engine.arms import Arm
+    from engine.warmup import warm_and_seal
 
     arm = stream.arm
     g = torch.Generator().manual_seed(seed)
     frames = [0.1 * torch.randn((1, 1, stream.spf), generator=g) for _ in range(2)]
     replay_arms = [a for a in Arm if a.replay and (a is arm or not only_own_arm)]
-    report("capture", 0.0)
-    t0 = time.perf_counter()
-    for i, a in enumerate(replay_arms):
-        stream.set_arm(a)
-        for _ in range(2):
-            stream.reset()
-            for frame in frames:
-                stream.step(frame.to(stream.device))
-        report("capture", (i + 1) / len(replay_arms))
-    stream.reset()
-    stream.set_arm(arm)
-    if stream.device.type == "cuda":
-        torch.cuda.synchronize(stream.device)
-    replay.seal()
-    totals = replay.snapshot()["total"]
-    events = replay.drain_events()
-    replay.reset_counters()
+
+    def under(a: Arm) -> Callable[[], None]:
+        def run() -> None:
+            stream.set_arm(a)
+            for _ in range(2):
+                stream.reset()
+                for frame in frames:
+                    stream.step(frame.to(stream.device))
+
+        return run
+
+    def restore() -> None:
+        stream.reset()
+        stream.set_arm(arm)
+
+    steps = [under(a) for a in replay_arms]
+    done = warm_and_seal(replay, steps, report=report, device=stream.device, restore=restore)
     return {
         "arm": str(arm),
         "arms": [str(a) for a in replay_arms],
         "frames": 4 * len(replay_arms),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "captures": totals.get("captures", 0),
-        "capture_s": round(float(totals.get("capture_s", 0.0)), 3),
-        "capture_bytes": totals.get("capture_bytes", 0),
-        "events": len(events),
+        **done,
     }
 
 

@@ -48,6 +48,7 @@ from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
 from adapters.moshi.vendor import replace_class
 from engine.arms import Arm, Granularity
+from engine.duplex import SpanFactory, untimed
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog, Signature, TensorSpec
 
@@ -126,7 +127,7 @@ class MoshiStream:
 
     # -- the frame ----------------------------------------------------------------------------
 
-    def step(self, pcm: Tensor, span: Callable[[str], Any] | None = None) -> FrameOut:
+    def step(self, pcm: Tensor, span: SpanFactory | None = None) -> FrameOut:
         """One frame: ``pcm (1, 1, samples_per_frame)`` float32 on the model's device.
 
         ``span(name)`` times the stages (``encode``, ``lm``, ``decode``; a whole replayed frame
@@ -136,9 +137,10 @@ class MoshiStream:
             raise ValueError(f"pcm has shape {tuple(pcm.shape)}; expected (1, 1, {self.spf})")
         speak = self.frames > 0
         self.frames += 1
+        span = span or untimed
         with vendor_graphs_off(self.device), torch.no_grad():
             if self._arm.granularity is Granularity.CHUNK:
-                with _timed(span, "frame"):
+                with span("frame"):
                     return self._frame(pcm, speak)
             return self._by_operator(pcm, speak, span)
 
@@ -173,33 +175,33 @@ class MoshiStream:
         must not step afterwards."""
         self._streaming.close()
 
-    def _by_operator(self, pcm: Tensor, speak: bool, span: Callable[[str], Any] | None) -> FrameOut:
+    def _by_operator(self, pcm: Tensor, speak: bool, span: SpanFactory) -> FrameOut:
         r, arm = self.regions, self._arm
         ops = self.replayed if arm.replay else None
         if arm.state_rule:
             r.mic.copy_(pcm)
-            with _timed(span, "encode"):
+            with span("encode"):
                 (ops["mimi_encode"] if ops else self.encode_into)()
-            with _timed(span, "lm"):
+            with span("lm"):
                 (ops["lm_step"] if ops else self._lm_into)()
                 (ops["depformer_step"] if ops else self._depformer_into)()
             if not speak:
                 return FrameOut(r.tokens.clone(), None)
-            with _timed(span, "decode"):
+            with span("decode"):
                 (ops["mimi_decode"] if ops else self._decode_into)()
             return FrameOut(r.tokens.clone(), r.pcm.clone())
         f = self.ops
         encode, lm_step, depformer_step, decode = (
             (ops[n] for n in OPS) if ops else (f.encode, f.lm_step, f.depformer_step, f.decode)
         )
-        with _timed(span, "encode"):
+        with span("encode"):
             codes = encode(pcm)
-        with _timed(span, "lm"):
+        with span("lm"):
             text, hidden = lm_step(codes)
             tokens = depformer_step(text, hidden)
         if not speak:
             return FrameOut(tokens, None)
-        with _timed(span, "decode"):
+        with span("decode"):
             return FrameOut(tokens, decode(tokens))
 
     def _frame(self, pcm: Tensor, speak: bool) -> FrameOut:
@@ -355,18 +357,3 @@ def _pinned_setattr(self: Any, name: str, value: Any) -> None:
         old.copy_(value)
     else:
         object.__setattr__(self, name, value)
-
-
-class _timed:
-    """``span(name)`` when a stage timer is set, else nothing."""
-
-    def __init__(self, span: Callable[[str], Any] | None, name: str) -> None:
-        self._cm = span(name) if span is not None else None
-
-    def __enter__(self) -> None:
-        if self._cm is not None:
-            self._cm.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._cm is not None:
-            self._cm.__exit__(*exc)

@@ -26,11 +26,11 @@ from adapters.face import (
     ModelRequest,
     Progress,
     PublicCheckpoint,
-    gib,
 )
 from adapters.moshi.config import CheckpointError, DamagedFile
 from adapters.moshi.family import require_moshi
 from adapters.personaplex.config import ROLES
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from adapters.personaplex.config import PersonaPlexFiles
@@ -79,7 +79,9 @@ class PersonaPlexFamily:
         from engine.declaration_io import load_declaration
 
         rings = size_for("full", load_declaration(self.declaration)).ring_bytes(2)
-        parts = f"{gib(rings)} rings (its declaration) and {gib(WORKSPACE_BYTES)} workspace"
+        parts = (
+            f"{byte_text(rings)} rings (its declaration) and {byte_text(WORKSPACE_BYTES)} workspace"
+        )
         try:
             files = self._files(request)
         except FamilyError:
@@ -88,7 +90,7 @@ class PersonaPlexFamily:
             return Footprint((), f"a CUDA GPU for its weights in bf16, {parts}", ("moshi",))
         weights = files.files.moshi.stat().st_size + files.files.mimi.stat().st_size
         total = weights + rings + WORKSPACE_BYTES
-        needs = f"a CUDA GPU with {gib(total)}: {gib(weights)} weights, {parts}"
+        needs = f"a CUDA GPU with {byte_text(total)}: {byte_text(weights)} weights, {parts}"
         return Footprint((files.folder,), needs, ("moshi",))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:

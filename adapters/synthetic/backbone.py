@@ -1,8 +1,8 @@
 """A backbone that runs anywhere: real turn-taking, synthetic speech tokens.
 
 :class:`SyntheticBackbone` conforms to ``engine.duplex.Backbone``. It hears the microphone through
-silero-vad (:class:`~adapters.synthetic.vad.VoiceActivity`), decides who holds the floor with
-:class:`~adapters.synthetic.turns.TurnTaker`, and while it speaks emits speech tokens from a tiny
+silero-vad (:class:`~adapters.turns.vad.VoiceActivity`), decides who holds the floor with
+:class:`~adapters.turns.taker.TurnTaker`, and while it speaks emits speech tokens from a tiny
 seeded transformer (:class:`~adapters.synthetic.lm.TokenLM`) at the token clock:
 
 * the turn's first speaking period: ``stride + lookahead`` tokens (25 + 3: a full first window);
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from adapters.synthetic.lm import LMConfig, TokenLM
-from adapters.synthetic.turns import TurnEvent, TurnParams, TurnTaker
-from adapters.synthetic.vad import RATE, WINDOW, VoiceActivity
+from adapters.turns.taker import TurnEvent, TurnParams, TurnTaker
+from adapters.turns.vad import RATE, WINDOW, VoiceActivity
 from engine.duplex import Phase
 from engine.windowed import BackboneStep
 
@@ -50,7 +50,7 @@ class SyntheticBackbone:
         tokens_per_s: the token clock; ``tokens_per_s · period_s`` is the stride.
         lookahead: extra tokens of a turn's first period, so its first window is full.
         vocab: speech-token codes.
-        input_rate: microphone rate; silero-vad's own (16 kHz, ``adapters.synthetic.vad.RATE``).
+        input_rate: microphone rate; silero-vad's own (16 kHz, ``adapters.turns.vad.RATE``).
         device: where the emitted tokens live (the synthesizer's device); the model runs on CPU.
         seed: weights and every turn's generator.
         answer_s: (shortest, longest) answer in seconds of tokens; each turn draws one uniformly.

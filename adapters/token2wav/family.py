@@ -2,9 +2,10 @@
 
 Two declarations, one face each: ``synthetic`` (MiniCPM-o 4.5's decoder, 28-token windows at a
 25-token stride) and ``lycheefd`` (Lychee-FD's, 13/10). The backbone that decides when to speak
-is the seeded synthetic one (``adapters.synthetic``: real turn-taking from silero-vad, random
-speech tokens), so without a checkpoint the audio is not speech, and with one it is speech
-synthesis of random tokens: the decoder's cadence, replay and memory are what is real.
+is the seeded synthetic one (``adapters.synthetic``: silero-vad turn-taking from
+``adapters.turns``, random speech tokens), so without a checkpoint the audio is not speech, and
+with one it is speech synthesis of random tokens: the decoder's cadence, replay and memory are
+what is real.
 
 :meth:`Token2WavFamily.load` builds, from the request and the declaration alone: the flow and
 HiFT (a checkpoint folder or seeded random weights, ``full`` or ``small``), the voice prompt
@@ -33,11 +34,11 @@ from adapters.face import (
     ModelRequest,
     Progress,
     PublicCheckpoint,
-    gib,
 )
 from adapters.token2wav.config import CheckpointError, check_folder
 from adapters.token2wav.speech_model import SpeechModel
 from engine.arms import switchable_arms
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from adapters.token2wav.presets import ModelPreset
@@ -98,14 +99,14 @@ class Token2WavFamily:
         folder = request.checkpoint
         if folder is None or not folder.is_dir():
             needs = (
-                f"{gib(state)} of state under {request.arm} (its declaration's plan) besides "
+                f"{byte_text(state)} of state under {request.arm} (its declaration's plan) besides "
                 "its weights; seeded random weights run small on the CPU, full size on a GPU"
             )
             return Footprint((), needs)
         weights = sum(f.stat().st_size for f in folder.glob("*.pt") if f.is_file())
         needs = (
-            f"{gib(weights + state)} on a GPU for real time: {gib(weights)} weights, "
-            f"{gib(state)} of state under {request.arm} (its declaration's plan)"
+            f"{byte_text(weights + state)} on a GPU for real time: {byte_text(weights)} weights, "
+            f"{byte_text(state)} of state under {request.arm} (its declaration's plan)"
         )
         return Footprint((folder,), needs)
 
@@ -137,7 +138,7 @@ class Token2WavFamily:
         """The period model over a warmed-up decoder: the synthetic backbone (seeded by the
         request) speaking through ``speech``."""
         from adapters.synthetic import SyntheticBackbone
-        from adapters.synthetic.vad import RATE
+        from adapters.turns.vad import RATE
         from engine.windowed import WindowedSynthesis
 
         token_rate = speech.declaration.clock_rate("token", speech.values)

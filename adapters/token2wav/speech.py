@@ -11,9 +11,6 @@ they keep the stock form (fresh tensors) in every arm.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-
 import torch
 from torch import Tensor
 
@@ -25,6 +22,7 @@ from adapters.token2wav.vocoder_stream import (
     vocode_chunk,
 )
 from engine.arms import Arm
+from engine.duplex import SpanFactory, untimed
 from engine.replay import ReplayEngine
 from engine.signature import Catalog, Signature, TensorSpec, contiguous_stride
 
@@ -49,12 +47,12 @@ class SpeechStream:
         self.op = replay.register(
             "hift_chunk", self._vocode, catalog=self._catalog(), aliased=(), copy_out=True
         )
-        self._stage: Callable[[str], AbstractContextManager[None]] = _untimed
+        self._stage: SpanFactory = untimed
 
-    def set_stage_timer(self, span: Callable[[str], AbstractContextManager[None]] | None) -> None:
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
         """Time the ``flow`` and ``vocoder`` stages of each push with ``span(name)`` (e.g.
         ``Metrics.span``), or stop timing with None. Timing never changes what is computed."""
-        self._stage = span if span is not None else _untimed
+        self._stage = span or untimed
 
     @property
     def arm(self) -> Arm:
@@ -140,10 +138,6 @@ def canonical(t: Tensor) -> Tensor:
     if t.stride() == contiguous_stride(t.shape):
         return t
     return t.clone(memory_format=torch.contiguous_format)
-
-
-def _untimed(name: str) -> AbstractContextManager[None]:
-    return nullcontext()
 
 
 _F32 = torch.float32

@@ -2,23 +2,22 @@
 
 The catalog is known before the first period (the declaration enumerates it); the warm-up drives
 the synthesizer through the call shapes a conversation opens with, so their graphs exist when
-the user speaks, then seals the engine: a capture after this point is a bug, not a slow period.
+the user speaks; :func:`engine.warmup.warm_and_seal` runs them and seals the engine.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from adapters.face import Progress
 from adapters.token2wav.speech import SpeechStream
 from engine.replay import ReplayEngine
-from engine.windows import TokenWindower
-
-Progress = Callable[[str, float], None]
+from engine.warmup import warm_and_seal
+from engine.windows import Call, TokenWindower
 
 
 def warmup_turn(
@@ -70,27 +69,16 @@ def warm_up(
         for steady in (steady_to_bound, 0)
         for call in warmup_turn(windower, steady, seed, device, vocab) * 2
     ]
-    report("capture", 0.0)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for i, call in enumerate(calls):
+
+    def push(call: Call) -> Callable[[], None]:
+        def run() -> None:
             stream.push(call.tokens, call.last_chunk)
             if call.last_chunk:
                 stream.reset()
-            report("capture", (i + 1) / len(calls))
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    if stream.arm.replay:
-        replay.seal()
-    totals = replay.snapshot()["total"]
-    events = replay.drain_events()
-    replay.reset_counters()
-    return {
-        "arm": str(stream.arm),
-        "calls": len(calls),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "captures": totals.get("captures", 0),
-        "capture_s": round(float(totals.get("capture_s", 0.0)), 3),
-        "capture_bytes": totals.get("capture_bytes", 0),
-        "events": len(events),
-    }
+
+        return run
+
+    with torch.no_grad():
+        steps = [push(call) for call in calls]
+        done = warm_and_seal(replay, steps, report=report, device=device, seal=stream.arm.replay)
+    return {"arm": str(stream.arm), "calls": len(calls), **done}

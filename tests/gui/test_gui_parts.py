@@ -104,7 +104,8 @@ def test_the_microphone_meter_shows_what_the_model_hears() -> None:
 
 
 def test_the_window_and_its_dialogs_import_no_torch() -> None:
-    """The GUI thread never imports torch (DESIGN.md): the engine thread does, at Start."""
+    """The GUI thread never imports torch (docs/architecture.md): the engine thread does, at
+    Start."""
     import os
     import subprocess
     import sys

@@ -42,6 +42,7 @@ from app.gui.live.plots import (
 from app.gui.live.summary import SummaryCard
 from app.gui.words import reason_words
 from app.gui.worker.feed import PeriodView
+from engine.sizes import byte_text
 
 __all__ = ["LivePanel"]
 
@@ -76,7 +77,7 @@ def describe_period(view: PeriodView) -> str:
     memory = {_MEMORY_LABELS.get(k, k): v for k, v in view.memory.items()}
     if memory:
         name, value = next(iter(memory.items()))
-        parts.append(f"{name} {value / 2**20:.0f} MiB")
+        parts.append(f"{name} {byte_text(value, 'MiB', 0)}")
     if view.stages_ms:
         parts.append(", ".join(f"{k} {v:.0f} ms" for k, v in view.stages_ms.items()))
     if view.response_ms is not None:

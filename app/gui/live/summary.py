@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
 from app.gui import theme
 from app.gui.live.history import History
 from app.gui.words import reason_words
+from engine.sizes import GIB, byte_text
 
 __all__ = ["SummaryCard"]
 
@@ -37,7 +38,7 @@ def _ms(seconds: float | int | None) -> str:
 
 
 def _size(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.0f} MiB"
+    return byte_text(n_bytes, "GiB", 2) if n_bytes >= GIB else byte_text(n_bytes, "MiB", 0)
 
 
 def _memory_peak(memory: dict[str, int]) -> str:

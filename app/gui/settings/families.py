@@ -8,11 +8,11 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QAbstractItemView, QPushButton, QTableWidget, QTableWidgetItem
 
-from adapters.face import gib
 from app.gui.a11y import explain
 from app.gui.settings.checkpoints import PublicCheckpoint
 from app.gui.settings.inventory import FamilyRow, family_rows
 from app.settings import Settings
+from engine.sizes import byte_text
 
 __all__ = ["FamiliesTable"]
 
@@ -65,7 +65,7 @@ class FamiliesTable(QTableWidget):
                 row.title,
                 "yes" if row.installed else f"no — {row.status}",
                 where_text(row.where),
-                gib(row.size_bytes) if row.where else "—",
+                byte_text(row.size_bytes) if row.where else "—",
                 row.needs,
             )
             for column, text in enumerate(cells):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.gui.settings.checkpoints import PublicCheckpoint
+from engine.sizes import UNITS, byte_text
 
 __all__ = ["DISK_MARGIN", "DownloadPlan", "hub_sentence", "plan_download", "size_text"]
 
@@ -23,9 +24,9 @@ DISK_MARGIN = 1 << 30  # left free on the disk after the download (1 GiB)
 
 def size_text(n: int) -> str:
     """Bytes as people read a download's size: 15.8 GB, 386 MB, 12 kB (powers of ten)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 100 * scale else f"{n / scale:.0f} {unit}"
+    for unit in ("GB", "MB", "kB"):
+        if n >= UNITS[unit]:
+            return byte_text(n, unit, 1 if n < 100 * UNITS[unit] else 0)
     return f"{n} bytes"
 
 

@@ -109,7 +109,7 @@ class MainWindow(QMainWindow):
         self.store.restore(self, self.view)
         self.store.restore_audio(self.conversation)
         self._timer = QTimer(self)
-        self._timer.setInterval(50)  # 20 Hz: DESIGN.md asks 10-30 Hz
+        self._timer.setInterval(50)  # 20 Hz: docs/architecture.md asks 10-30 Hz
         self._timer.timeout.connect(self._tick)
         self._timer.start()
         self._ticks = 0

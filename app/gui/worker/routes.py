@@ -1,9 +1,9 @@
 """Where a conversation's audio comes from and goes to: devices, or a WAV file and nowhere.
 
-Opened and closed on the engine thread (DESIGN.md: it owns the session's I/O). Devices come from
-``app.audio`` (chosen by name and host API, as the settings remember them); a WAV input goes
-through ``app.periods.WavSource`` — what the tests, the screenshot and the demo use, and the
-way to converse on a machine without a microphone.
+Opened and closed on the engine thread (docs/architecture.md: it owns the session's I/O).
+Devices come from ``app.audio`` (chosen by name and host API, as the settings remember them); a
+WAV input goes through ``app.periods.WavSource`` — what the tests, the screenshot and the demo
+use, and the way to converse on a machine without a microphone.
 """
 
 from __future__ import annotations

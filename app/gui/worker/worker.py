@@ -1,9 +1,10 @@
 """The engine thread: the one thread that builds the session and makes every torch/CUDA call.
 
-DESIGN.md ("Threads in the app"): the engine thread pulls one native period of input, runs the
-full-duplex step, hands the PCM to the output, and publishes plain-Python records; the GUI
-thread only draws what it pulls at display rate. So this module is the only GUI code that
-imports ``app.session`` (and through it torch), and it does so inside :meth:`EngineThread.run`.
+docs/architecture.md ("Threads in the app"): the engine thread pulls one native period of
+input, runs the full-duplex step, hands the PCM to the output, and publishes plain-Python
+records; the GUI thread only draws what it pulls at display rate. So this module is the only
+GUI code that imports ``app.session`` (and through it torch), and it does so inside
+:meth:`EngineThread.run`.
 
 What crosses threads, and how:
     * progress, ready, failure and end: Qt signals (queued to the GUI thread);
@@ -45,6 +46,7 @@ from app.heap import freeze_heap
 from app.settings import Settings
 from app.transcript import LiveFile, Transcript, audio_time, transcript_path
 from engine.arms import Arm
+from engine.sizes import byte_text
 
 if TYPE_CHECKING:
     from app.session import Session
@@ -94,7 +96,7 @@ def _accelerator(device: str) -> str:
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(device))
-    return f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
+    return f"{props.name}, {byte_text(props.total_memory)}"
 
 
 def describe_error(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.synthetic.turns import Floor, TurnEvent, TurnParams, TurnTaker
+from adapters.turns.taker import Floor, TurnEvent, TurnParams, TurnTaker
 
 W = 512 / 16000  # seconds per window
 PAUSE = 19  # ceil(0.6 / 0.032)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapters.synthetic.vad import WINDOW, VoiceActivity, silero_jit_path
+from adapters.turns.vad import WINDOW, VoiceActivity, silero_jit_path
 from tests.speech import Conversation, conversation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -85,7 +85,7 @@ def test_does_not_import_silero_package() -> None:
     import sys
 
     code = (
-        "import sys; from adapters.synthetic.vad import VoiceActivity; VoiceActivity(); "
+        "import sys; from adapters.turns.vad import VoiceActivity; VoiceActivity(); "
         "sys.exit('silero_vad' in sys.modules)"
     )
     root = Path(__file__).resolve().parents[1]
