@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 SILENCE = 4218
 LOOKAHEAD = 3
@@ -216,9 +217,83 @@ class StandInDecoder:
         self.cache: Any = None
         self._window_config = StandInWindow(high, low)
         self._system_preserve_length = preserve
+        # The vendor's special ids, the top of the tiny vocabulary here (its tokenizer's there).
+        vocab = int(llm.config.vocab_size)
+        self.chunk_eos_id, self.turn_eos_id, self.listen_id = vocab - 1, vocab - 2, vocab - 3
+        self.special_token_ids = [vocab - 6, vocab - 5, vocab - 4, vocab - 3]
+        self.forbidden_token_ids = [vocab - 5, self.chunk_eos_id]  # the vendor appends chunk-eos
+        self.generated_tokens: list[int] = []
+        self.generated_special_tokens: list[int] = []
 
     def reset(self) -> None:
         self.cache = None
+        self.generated_tokens, self.generated_special_tokens = [], []
+
+    def embed_token(self, tid: Any) -> torch.Tensor:
+        if isinstance(tid, int):
+            tid = torch.tensor([tid], device=self.m.device)
+        out: torch.Tensor = self.m.model.embed_tokens(tid)
+        return out
+
+    @torch.no_grad()
+    def decode(
+        self,
+        logits: torch.Tensor,
+        mode: str = "sampling",
+        temperature: float = 0.7,
+        top_k: int = 20,
+        top_p: float = 0.8,
+        listen_top_k: int | None = None,
+        listen_prob_scale: float = 1.0,
+        text_repetition_penalty: float = 1.05,
+        text_repetition_window_size: int = 512,
+        length_penalty: float = 1.1,
+    ) -> torch.Tensor:
+        """``StreamDecoder.decode`` restated (its host form: ``.item()`` reads, a Python loop of
+        per-id divisions, boolean indexing); ``listen_top_k`` is not restated."""
+        assert listen_top_k is None
+        logits = logits.clone()
+        if mode == "greedy":
+            first = int(torch.argmax(logits[0]).item())
+        else:
+            first = int(torch.multinomial(F.softmax(logits[0], dim=-1), num_samples=1).item())
+        if first == self.chunk_eos_id:
+            return torch.tensor([first], device=logits.device)
+        logits[:, self.forbidden_token_ids] = float("-inf")
+        if text_repetition_penalty != 1.0 and self.generated_tokens:
+            for tid in set(self.generated_tokens[-text_repetition_window_size:]):
+                if tid < logits.size(-1):
+                    if text_repetition_penalty > 1.0:
+                        logits[0, tid] /= text_repetition_penalty
+                    else:
+                        logits[0, tid] *= 1.0 / text_repetition_penalty
+        if length_penalty != 1.0:
+            t = self.turn_eos_id
+            if logits[0, t] > 0:
+                logits[0, t] = logits[0, t] / length_penalty
+            else:
+                logits[0, t] = logits[0, t] * length_penalty
+        if listen_prob_scale != 1.0:
+            logits[0, self.listen_id] *= listen_prob_scale
+        if mode == "greedy":
+            token = torch.argmax(logits, dim=-1)
+        else:
+            logits = logits / temperature
+            if top_k > 0:
+                kth = torch.topk(logits, min(top_k, logits.size(-1)))[0][..., -1, None]
+                logits[logits < kth] = float("-inf")
+            if top_p > 0.0:
+                ordered, order = torch.sort(logits, descending=True)
+                drop = torch.cumsum(F.softmax(ordered, dim=-1), dim=-1) > top_p
+                drop[..., 1:] = drop[..., :-1].clone()
+                drop[..., 0] = 0
+                logits[0, order[drop]] = float("-inf")
+            token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
+        if token.item() not in self.special_token_ids:
+            self.generated_tokens.append(int(token.item()))
+        else:
+            self.generated_special_tokens.append(int(token.item()))
+        return token
 
     def get_cache_length(self) -> int:
         return 0 if self.cache is None else int(self.cache[0][0].shape[2])

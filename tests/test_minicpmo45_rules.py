@@ -58,10 +58,18 @@ def session(high: int = 40, low: int = 30) -> tuple[StandInBackboneDuplex, Backb
 
 
 def conversation(
-    duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms, slide: bool = True
+    duplex: Any,
+    seed: int,
+    units: int,
+    arms: list[Arm],
+    arm: Arms,
+    slide: bool = True,
+    sample: str | None = None,
 ) -> list[Any]:
-    """Every output of every feed and TTS call; the arm switches live per unit."""
+    """Every output of every feed and TTS call, with ``sample`` every id the decoder's
+    ``decode`` picked and the generator after each unit; the arm switches live per unit."""
     g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
     dec, outs = duplex.decoder, []
     embed = dec.m.model.embed_tokens
     dec.reset()
@@ -76,9 +84,17 @@ def conversation(
         audio = torch.randn(10, HIDDEN, generator=g)
         logits, hidden = dec.feed(audio, return_logits=True)
         outs += [logits, hidden]
-        for _ in range(4):  # decode steps on the argmax
-            logits, hidden = dec.feed(embed(logits.argmax(-1)), return_logits=True)
+        for _ in range(4 if sample is None else 6):  # decode steps: the argmax, or decode's
+            if sample is None:
+                logits, hidden = dec.feed(embed(logits.argmax(-1)), return_logits=True)
+            else:
+                token = dec.decode(logits, mode=sample)
+                outs.append(token.cpu())
+                if int(token.item()) == dec.chunk_eos_id:
+                    break
+                logits, hidden = dec.feed(dec.embed_token(int(token.item())), return_logits=True)
             outs += [logits, hidden]
+        outs.append(torch.get_rng_state())
         dec.feed(embed(torch.tensor([2])))  # </unit>
         while slide and dec.get_cache_length() > dec._window_config.basic_window_high_tokens:
             dec._drop_tokens_from_cache(7)  # the vendor's window: drop the oldest unit
@@ -104,6 +120,36 @@ def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
     assert replay["tts.step"]["hits"] > 0
     assert replay["tts.step"]["misses"].get("not_in_catalog", 0) > 0  # the conditions' lengths
     assert rules.stats()["fallbacks"]["window_upkeep_eager"] == rules.window["slides"]
+
+
+@pytest.mark.parametrize("mode", ["sampling", "greedy"])
+def test_every_arm_equals_eager_with_the_decoders_sampling(mode: str) -> None:
+    """The replaying arms pick each token with ``llm.sample`` (the vendor's ``decode`` on the
+    device), eager and S with the vendor's own: the same ids, logits and generator state on every
+    token, across slides, the chunk-eos branch taken or not, and a new conversation."""
+    duplex, rules, arm = session()
+    with torch.no_grad():  # chunk-eos likelier than the tiny model's 1/96, to end units early
+        duplex.decoder.m.lm_head.weight[duplex.decoder.chunk_eos_id] *= 20
+    eager = conversation(duplex, 4, 6, [Arm.EAGER], arm, sample=mode)
+    assert equal(eager, conversation(duplex, 4, 6, [Arm.EAGER], arm, sample=mode))
+    ids = [int(t) for t in eager if t.dtype == torch.int64 and t.numel() == 1]
+    eos = ids.count(duplex.decoder.chunk_eos_id)
+    assert len(ids) > eos >= (1 if mode == "sampling" else 0), ids
+    arm.arm = Arm.SRC
+    rules.warm_up()  # captures llm.sample in both modes: no trace in the generator or the ring
+    rules.reset_stats()
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, conversation(duplex, 4, 6, arms, arm, sample=mode)), arms
+    stats = rules.stats()
+    assert stats["sampled"]["tokens"] == stats["sampled"]["host_reads"] > 0
+    assert stats["sampled"]["ring_rebuilt"] >= 2  # each conversation's new list
+    assert rules.window["slides"] > 0
+    sample = stats["replay"]["llm.sample"]
+    if mode == "greedy":
+        assert sample["hits"] == stats["sampled"]["tokens"], sample
+    else:  # the CPU's generator is the host's: the engine runs the draws eagerly, counted
+        assert set(sample["misses"]) == {"host_randomness"}, sample
+        assert stats["sampled"]["rewinds"] > 0
 
 
 def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:

@@ -45,6 +45,7 @@ from torch import Tensor
 
 from adapters.minicpmo45.kv import CarryView, KVCarry, cache_pairs
 from adapters.minicpmo45.llm_step import CarryStep
+from adapters.minicpmo45.sample import MODES, PARAMS, DeviceDecode, decode_defaults
 from engine.arms import Arm
 from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
@@ -178,6 +179,10 @@ class BackboneRules:
                 catalog=catalog,
             ),
         }  # fmt: skip
+        self.sampler: DeviceDecode | None = None
+        self._last: tuple[int, Tensor] | None = None  # the last sampled id, on the host and device
+        if callable(getattr(self.decoder, "decode", None)):
+            self._sampler(llm, dtype)
         self.tts_step: CarryStep | None = None
         self.tts_carry: KVCarry | None = None
         tts = getattr(getattr(duplex, "model", None), "tts", None)
@@ -198,6 +203,7 @@ class BackboneRules:
         self.vendor = False
         self.timing = False
         self.fallbacks: Counter[str] = Counter()
+        self.sampled = {"tokens": 0, "host_reads": 0, "rewinds": 0, "ring_rebuilt": 0}
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
@@ -228,6 +234,8 @@ class BackboneRules:
             for _ in range(self.replay.warmup_calls + 1):
                 for n in self.spec.llm_lengths:
                     self._call_all("llm", self.llm_step, self.llm_carry, n)
+        if self.sampler is not None:
+            self._warm_sampler(self.sampler)
         if self.tts_step is not None and self.tts_carry is not None:
             with torch.inference_mode():  # as the vendor's generate_chunk calls it
                 for _ in range(self.replay.warmup_calls + 1):
@@ -244,6 +252,7 @@ class BackboneRules:
 
     def reset_stats(self) -> None:
         self.fallbacks.clear()
+        self.sampled = dict.fromkeys(self.sampled, 0)
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit.clear()
         for name in self.ops:
@@ -266,6 +275,7 @@ class BackboneRules:
             "per_unit": list(self.per_unit),
             "replay": {name: op.counters.to_dict() for name, op in self.ops.items()},
             "fallbacks": dict(self.fallbacks),
+            "sampled": dict(self.sampled),
             "window": dict(self.window)
             | {
                 "mode": config.sliding_window_mode,
@@ -292,12 +302,15 @@ class BackboneRules:
     def _install_steps(self) -> None:
         self._wrap(self.decoder, "feed", lambda original: self._feed)
         self._wrap(self.decoder, "_drop_tokens_from_cache", lambda original: self._drop)
+        if self.sampler is not None:
+            self._wrap(self.decoder, "decode", lambda original: self._decode)
+            self._wrap(self.decoder, "embed_token", lambda original: self._embed_token)
         if self.tts_step is not None:
             self._wrap(self.duplex.model.tts.model, "forward", lambda original: self._tts_forward)
 
     def _uninstall_steps(self) -> None:
-        for obj, name in ((self.decoder, "feed"), (self.decoder, "_drop_tokens_from_cache")):
-            self._unwrap(obj, name)
+        for name in ("feed", "_drop_tokens_from_cache", "decode", "embed_token"):
+            self._unwrap(self.decoder, name)
         if self.tts_step is not None:
             self._unwrap(self.duplex.model.tts.model, "forward")
 
@@ -375,6 +388,97 @@ class BackboneRules:
                 self.window["slides"] += 1
                 self.window["tokens_dropped"] += before - self.llm_carry.length
         return done
+
+    # -- the LLM's sampling -------------------------------------------------------------------
+
+    def _sampler(self, llm: Any, dtype: torch.dtype) -> None:
+        """``llm.sample``: the vendor's ``decode`` on the device (:mod:`.sample`), its catalog
+        the vendor's own defaults in both modes."""
+        dec = self.decoder
+        defaults = decode_defaults(dec.decode)
+        if int(dec.chunk_eos_id) not in {int(i) for i in dec.forbidden_token_ids}:
+            self.fallbacks["sample_eos_not_forbidden"] += 1  # the vendor always forbids it
+            return
+        vocab = int(llm.lm_head.weight.shape[0])
+        window = int(defaults["text_repetition_window_size"])
+        self.sampler = sampler = DeviceDecode(dec, vocab, window, self.device)
+        self._decode_defaults = defaults
+        logits = TensorSpec((1, vocab), dtype, self.device)
+        catalog = Catalog.of_calls(
+            (logits, sampler.ring, sampler.count, mode, *self._sample_params(defaults))
+            for mode in MODES
+        )
+        self.ops["llm.sample"] = self.replay.register(
+            "llm.sample", sampler.step, aliased=["ring", "count"], catalog=catalog
+        )
+
+    @staticmethod
+    def _sample_params(params: dict[str, Any]) -> tuple[Any, ...]:
+        """The step's scalar arguments, in :meth:`DeviceDecode.step`'s order."""
+        names = [n for n in PARAMS if n != "text_repetition_window_size"]
+        return tuple(params[n] for n in names)
+
+    def _decode(self, logits: Tensor, mode: str = "sampling", **kwargs: Any) -> Tensor:
+        """The decoder's ``decode``: on the device under a replaying arm (one host read a
+        token), else the vendor's own."""
+        vendor = self._vendor(self.decoder, "decode")
+        sampler = self.sampler
+        if sampler is None or not self.arm().replay:
+            return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
+        params = self._decode_defaults | kwargs | {"mode": mode}
+        refused = (
+            "listen_top_k" if params["listen_top_k"] is not None
+            else "mode" if mode not in MODES
+            else "repetition_window" if params["text_repetition_window_size"] != sampler.window
+            else "logits" if tuple(logits.shape) != (1, sampler.vocab)
+            else ""
+        )  # fmt: skip
+        if refused:
+            self.fallbacks[f"sample_{refused}"] += 1
+            sampler.mirror()
+            return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
+        if sampler.mirror():
+            self.sampled["ring_rebuilt"] += 1
+        state = sampler.rng_state() if mode == "sampling" else None
+        token = self.ops["llm.sample"](
+            logits, sampler.ring, sampler.count, mode, *self._sample_params(params)
+        )
+        tid = int(token.item())  # the token's one host read
+        eos = tid == sampler.eos
+        if eos and state is not None:
+            sampler.rewind(state, logits)
+            self.sampled["rewinds"] += 1
+        sampler.took(tid, eos)
+        self.sampled["tokens"] += 1
+        self.sampled["host_reads"] += 1
+        self._last = (tid, token)
+        return torch.tensor([tid])
+
+    def _embed_token(self, tid: Any) -> Tensor:
+        """The vendor's ``embed_token``; the id just sampled is gathered from its device copy
+        (no upload)."""
+        last = self._last
+        if last is not None and isinstance(tid, int) and tid == last[0]:
+            out: Tensor = self.decoder.m.model.embed_tokens(last[1])
+            return out
+        return self._vendor(self.decoder, "embed_token")(tid)  # type: ignore[no-any-return]
+
+    def _warm_sampler(self, sampler: DeviceDecode) -> None:
+        """Capture ``llm.sample`` in both modes; the generator and the ring as before."""
+        state = sampler.rng_state()
+        g = torch.Generator(device=self.device).manual_seed(0)
+        params = self._sample_params(self._decode_defaults)
+        with torch.no_grad():
+            for _ in range(self.replay.warmup_calls + 1):
+                for mode in MODES:
+                    logits = torch.randn(1, sampler.vocab, generator=g, device=self.device)
+                    logits = logits.to(self.llm_carry.buffer.dtype)
+                    self.ops["llm.sample"](logits, sampler.ring, sampler.count, mode, *params)
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+        sampler.forget()
 
     # -- the TTS head -----------------------------------------------------------------------
 
