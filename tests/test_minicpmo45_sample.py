@@ -86,3 +86,48 @@ def test_the_ring_follows_the_decoders_list() -> None:
     assert sampler.ring.tolist() == [7, 8, 9, 10] and int(sampler.count) == 4
     dec.reset()
     assert sampler.mirror() and sampler.ring.tolist() == [-1, -1, -1, -1]
+
+
+def test_the_speech_heads_sampling_equals_the_vendors() -> None:
+    """:meth:`SpeechTokens.sample` against the vendor's head, processor and draw (restated in the
+    stand-in) on a few codes, so tokens repeat and the penalty's counts reach the window."""
+    import transformers
+
+    from adapters.minicpmo45.tts_sample import SpeechTokens, repetition_processor
+    from tests.minicpmo45_standin import StandInSpeechHead, gen_logits
+
+    torch.manual_seed(0)
+    codes, hidden = 6, 32
+    config = transformers.LlamaConfig(
+        vocab_size=8, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    head = StandInSpeechHead(transformers.LlamaModel(config).eval(), codes)
+    penalty, window = repetition_processor(head, 1.05) or (0.0, 0)
+    assert (penalty, window) == (1.05, 16)
+    speech = SpeechTokens(head, None, torch.zeros(1), window)  # type: ignore[arg-type]
+    speech.start(torch.tensor([codes - 1]))
+    processor = gen_logits(codes, 1.05)[1][0]
+    temperature = torch.tensor([[0.8]])
+    g = torch.Generator().manual_seed(1)
+    history: list[int] = []
+    with torch.inference_mode():
+        for t in range(120):
+            h = torch.randn(1, 1, hidden, generator=g) * 4
+            mask = t % 5 == 0
+            state = torch.get_rng_state()
+            logits = head.head_code[0](h)[:, -1].float() / temperature
+            if history:
+                logits = processor(torch.tensor([history]), logits)
+            if mask:
+                logits[:, torch.tensor([codes - 1])] = -torch.inf
+            want = int(torch.multinomial(torch.softmax(logits, -1), 1))
+            after = torch.get_rng_state()
+            torch.set_rng_state(state)
+            got = speech.sample(
+                h, temperature, speech.ring, speech.count, 1.05, bool(history), mask
+            )
+            assert int(got) == want, t
+            assert torch.equal(torch.get_rng_state(), after)
+            history.append(want)
+    assert max(history.count(c) for c in range(codes)) > 16

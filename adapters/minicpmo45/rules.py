@@ -30,6 +30,7 @@ compares with); switch between conversations only.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ from torch import Tensor
 from adapters.minicpmo45.kv import CarryView, KVCarry, cache_pairs
 from adapters.minicpmo45.llm_step import CarryStep
 from adapters.minicpmo45.sample import MODES, PARAMS, DeviceDecode, decode_defaults
+from adapters.minicpmo45.tts_sample import SpeechTokens, repetition_processor
 from engine.arms import Arm
 from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
@@ -185,6 +187,7 @@ class BackboneRules:
             self._sampler(llm, dtype)
         self.tts_step: CarryStep | None = None
         self.tts_carry: KVCarry | None = None
+        self.speech: SpeechTokens | None = None
         tts = getattr(getattr(duplex, "model", None), "tts", None)
         if tts is not None and getattr(tts, "model", None) is not None:
             core = tts.model
@@ -200,10 +203,13 @@ class BackboneRules:
                 catalog=self._catalog(self.tts_carry, int(core.config.hidden_size), tdtype,
                                       spec.tts_lengths),
             )  # fmt: skip
+            if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
+                self._speech_tokens(tts, tdtype)
         self.vendor = False
         self.timing = False
         self.fallbacks: Counter[str] = Counter()
-        self.sampled = {"tokens": 0, "host_reads": 0, "rewinds": 0, "ring_rebuilt": 0}
+        self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
+        self.sampled["speech_host_reads"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
@@ -236,6 +242,8 @@ class BackboneRules:
                     self._call_all("llm", self.llm_step, self.llm_carry, n)
         if self.sampler is not None:
             self._warm_sampler(self.sampler)
+        if self.speech is not None:
+            self._warm_speech(self.speech)
         if self.tts_step is not None and self.tts_carry is not None:
             with torch.inference_mode():  # as the vendor's generate_chunk calls it
                 for _ in range(self.replay.warmup_calls + 1):
@@ -296,7 +304,8 @@ class BackboneRules:
         if model is not None and hasattr(model, "get_audio_embedding_streaming"):
             self._wrap(model, "get_audio_embedding_streaming", self._timed("audio_encoder"))
         if self.tts_step is not None and model is not None:
-            self._wrap(model.tts, "generate_chunk", self._timed("tts_head"))
+            chunk = self._timed("tts_head")(self._generate_chunk)
+            self._wrap(model.tts, "generate_chunk", lambda original: chunk)
         self._install_steps()
 
     def _install_steps(self) -> None:
@@ -515,6 +524,126 @@ class BackboneRules:
         hidden = self._run("tts.step", inputs_embeds, position_ids, slots, carry.buffer)
         carry.length = start + n
         return SimpleNamespace(last_hidden_state=hidden, past_key_values=self.tts_view)
+
+    # -- the TTS head's tokens --------------------------------------------------------------
+
+    def _speech_tokens(self, tts: Any, dtype: torch.dtype) -> None:
+        """``tts.token``: one speech token per replay (:mod:`.tts_sample`), for the duplex
+        object's repetition penalty as the vendor's ``gen_logits`` makes it."""
+        penalty = getattr(self.duplex, "tts_repetition_penalty", None)
+        proc = repetition_processor(tts, float(penalty)) if penalty is not None else None
+        if proc is None or self.tts_step is None or self.tts_carry is None:
+            self.fallbacks["tts_tokens_unknown_processor"] += 1
+            return
+        self._tts_penalty = proc
+        self.speech = sp = SpeechTokens(tts, self.tts_step, self.tts_carry.buffer, proc[1])
+        temperature = TensorSpec((1, 1), torch.float32, self.device)
+        catalog = Catalog.of_calls(
+            (sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring, sp.count,
+             proc[0], proc[0] != 1.0, mask)
+            for mask in (False, True)
+        )  # fmt: skip
+        self.ops["tts.token"] = self.replay.register(
+            "tts.token", sp.token, catalog=catalog, extra_key=lambda: self.backend,
+            aliased=["prev", "position", "slot", "buffer", "ring", "count"],
+        )  # fmt: skip
+
+    def _generate_chunk(self, *args: Any, **kwargs: Any) -> Any:
+        """The TTS head's ``generate_chunk``: ours under a replaying arm, else the vendor's."""
+        tts = self.duplex.model.tts
+        vendor = self._vendor(tts, "generate_chunk")
+        if self.speech is None or self.vendor or not self.arm().replay:
+            return vendor(*args, **kwargs)
+        call = inspect.signature(vendor).bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        known = float(a["repetition_penalty"]) == self._tts_penalty[0]
+        if not known or int(a["inputs_embeds"].shape[0]) != 1 or int(a["max_new_token"]) < 1:
+            self.fallbacks["tts_tokens_other_call"] += 1
+            return vendor(*args, **kwargs)
+        with torch.inference_mode():
+            return self._speech_chunk(tts, a)
+
+    def _speech_chunk(self, tts: Any, a: dict[str, Any]) -> tuple[Tensor, Any]:
+        """The vendor's ``generate_chunk`` loop with :class:`SpeechTokens` (one host read a
+        token)."""
+        sp, carry = self.speech, self.tts_carry
+        assert sp is not None and carry is not None
+        x: Tensor = a["inputs_embeds"]
+        device = x.device
+        eos_token = a["eos_token"].to(device)
+        temperature = a["temperature"].unsqueeze(0).expand(1, -1).contiguous().view(-1, 1)
+        temperature = temperature.to(device)
+        start, n, most = int(a["text_start_pos"]), int(x.shape[1]), int(a["max_new_token"])
+        least, no_stop = int(a["min_new_tokens"]), bool(a["force_no_stop"])
+        penalty, penalize = self._tts_penalty[0], self._tts_penalty[0] != 1.0
+        stop_ids = {int(i) for i in eos_token.view(-1).tolist()}
+        new_tokens = torch.zeros(1, most, sp.vq, device=device, dtype=torch.long)
+        sp.start(eos_token)
+        positions = torch.arange(start, start + n, dtype=torch.long, device=device).unsqueeze(0)
+        out = tts.model(
+            position_ids=positions, past_key_values=a["past_key_values"], inputs_embeds=x,
+            use_cache=True, output_attentions=False,
+        )  # fmt: skip
+        past = out.past_key_values
+        token = sp.sample(
+            out.last_hidden_state, temperature, sp.ring, sp.count, penalty, False,
+            no_stop or least > 0,
+        )  # fmt: skip
+        t = 0
+        for t in range(most):
+            if t > 0:
+                mask = no_stop or t < least
+                if past is self.tts_view and carry.fits(1):
+                    token = self.ops["tts.token"](
+                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
+                        sp.count, penalty, penalize, mask,
+                    )  # fmt: skip
+                    carry.length += 1
+                else:  # the vendor's forward on its own cache (counted by _tts_forward)
+                    self.fallbacks["tts_token_eager"] += 1
+                    out = tts.model(
+                        position_ids=torch.tensor([[start + n + t - 1]], device=device),
+                        past_key_values=past, inputs_embeds=tts.emb_code[0](sp.prev),
+                        use_cache=True, output_attentions=False,
+                    )  # fmt: skip
+                    past = out.past_key_values
+                    token = sp.sample(
+                        out.last_hidden_state, temperature, sp.ring, sp.count, penalty,
+                        penalize, mask,
+                    )  # fmt: skip
+                    sp.prev.copy_(token[:, :1])
+            elif past is self.tts_view:
+                sp.prev.copy_(token[:, :1])
+                sp.place(start + n, carry.length)
+            else:
+                sp.prev.copy_(token[:, :1])
+            ids = token.view(-1).tolist()  # the token's one host read
+            self.sampled["speech_host_reads"] += 1
+            new_tokens[:, t] = token
+            if stop_ids.intersection(ids):
+                break
+        return new_tokens[:, 0:t, :], past
+
+    def _warm_speech(self, sp: SpeechTokens) -> None:
+        """Capture ``tts.token`` (eos masked and not); the generator as before."""
+        state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        cpu_state = torch.get_rng_state()
+        penalty = self._tts_penalty[0]
+        temperature = torch.ones(1, 1, device=self.device)
+        with torch.inference_mode():
+            sp.start(torch.tensor([sp.vocab - 1], device=self.device))
+            sp.place(0, 0)
+            for _ in range(self.replay.warmup_calls + 1):
+                for mask in (False, True):
+                    self.ops["tts.token"](
+                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
+                        sp.count, penalty, penalty != 1.0, mask,
+                    )  # fmt: skip
+                    sp.place(0, 0)
+        if state is not None:
+            torch.cuda.set_rng_state(state, self.device)
+        torch.set_rng_state(cpu_state)
 
     # -- replay and warm-up -----------------------------------------------------------------
 

@@ -144,7 +144,7 @@ class DeviceDecode:
             logits = _top_k_top_p(logits / temperature, top_k, top_p)
             final = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
         token = torch.where(eos, first, final)
-        keep = ~eos & ~torch.isin(token, self.special)
+        keep = ~eos & ~(token.unsqueeze(-1) == self.special).any(-1)  # no isin: it may sort
         slot = torch.remainder(count, ring.numel()).view(1)
         ring.index_copy_(0, slot, torch.where(keep, token, ring.index_select(0, slot)))
         count.add_(keep.view(()).to(count.dtype))
