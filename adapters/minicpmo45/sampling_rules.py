@@ -97,6 +97,7 @@ class SamplingRules:
         vendor = self._vendor(self.decoder, "decode")
         sampler = self.sampler
         if sampler is None or not self.arm().replay:
+            self._last = None
             return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
         params = self._decode_defaults | kwargs | {"mode": mode}
         refused = (
