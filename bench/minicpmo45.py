@@ -402,7 +402,9 @@ class Session:
             figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / 2**20)
         if self.rules is not None and callable(getattr(self.rules, "stats", None)):
             stats = self.rules.stats()
-            figures["rules"] = {k: stats.get(k) for k in ("replay", "fallbacks", "window", "carry")}
+            figures["rules"] = {
+                k: stats.get(k) for k in ("replay", "fallbacks", "sampled", "window", "carry")
+            }
         print(label, json.dumps(figures), file=sys.stderr)
         return {"figures": figures, "units": units}
 

@@ -139,7 +139,7 @@ def exact(
                 out[f"seed{seed}/{name}"] = cmp | {
                     "speaking_units": sum(u["phase"] == "speak" for u in runs[name]),
                     "slides": window_stats.get("slides"), "fallbacks": st.get("fallbacks"),
-                    "replay": st.get("replay"),
+                    "replay": st.get("replay"), "sampled": st.get("sampled"),
                 }  # fmt: skip
                 log(f"exact seed {seed} {name}: equal={cmp['equal']} {cmp['first_difference']}")
                 write(out)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 SILENCE = 4218
 LOOKAHEAD = 3
@@ -216,9 +217,83 @@ class StandInDecoder:
         self.cache: Any = None
         self._window_config = StandInWindow(high, low)
         self._system_preserve_length = preserve
+        # The vendor's special ids, the top of the tiny vocabulary here (its tokenizer's there).
+        vocab = int(llm.config.vocab_size)
+        self.chunk_eos_id, self.turn_eos_id, self.listen_id = vocab - 1, vocab - 2, vocab - 3
+        self.special_token_ids = [vocab - 6, vocab - 5, vocab - 4, vocab - 3]
+        self.forbidden_token_ids = [vocab - 5, self.chunk_eos_id]  # the vendor appends chunk-eos
+        self.generated_tokens: list[int] = []
+        self.generated_special_tokens: list[int] = []
 
     def reset(self) -> None:
         self.cache = None
+        self.generated_tokens, self.generated_special_tokens = [], []
+
+    def embed_token(self, tid: Any) -> torch.Tensor:
+        if isinstance(tid, int):
+            tid = torch.tensor([tid], device=self.m.device)
+        out: torch.Tensor = self.m.model.embed_tokens(tid)
+        return out
+
+    @torch.no_grad()
+    def decode(
+        self,
+        logits: torch.Tensor,
+        mode: str = "sampling",
+        temperature: float = 0.7,
+        top_k: int = 20,
+        top_p: float = 0.8,
+        listen_top_k: int | None = None,
+        listen_prob_scale: float = 1.0,
+        text_repetition_penalty: float = 1.05,
+        text_repetition_window_size: int = 512,
+        length_penalty: float = 1.1,
+    ) -> torch.Tensor:
+        """``StreamDecoder.decode`` restated (its host form: ``.item()`` reads, a Python loop of
+        per-id divisions, boolean indexing); ``listen_top_k`` is not restated."""
+        assert listen_top_k is None
+        logits = logits.clone()
+        if mode == "greedy":
+            first = int(torch.argmax(logits[0]).item())
+        else:
+            first = int(torch.multinomial(F.softmax(logits[0], dim=-1), num_samples=1).item())
+        if first == self.chunk_eos_id:
+            return torch.tensor([first], device=logits.device)
+        logits[:, self.forbidden_token_ids] = float("-inf")
+        if text_repetition_penalty != 1.0 and self.generated_tokens:
+            for tid in set(self.generated_tokens[-text_repetition_window_size:]):
+                if tid < logits.size(-1):
+                    if text_repetition_penalty > 1.0:
+                        logits[0, tid] /= text_repetition_penalty
+                    else:
+                        logits[0, tid] *= 1.0 / text_repetition_penalty
+        if length_penalty != 1.0:
+            t = self.turn_eos_id
+            if logits[0, t] > 0:
+                logits[0, t] = logits[0, t] / length_penalty
+            else:
+                logits[0, t] = logits[0, t] * length_penalty
+        if listen_prob_scale != 1.0:
+            logits[0, self.listen_id] *= listen_prob_scale
+        if mode == "greedy":
+            token = torch.argmax(logits, dim=-1)
+        else:
+            logits = logits / temperature
+            if top_k > 0:
+                kth = torch.topk(logits, min(top_k, logits.size(-1)))[0][..., -1, None]
+                logits[logits < kth] = float("-inf")
+            if top_p > 0.0:
+                ordered, order = torch.sort(logits, descending=True)
+                drop = torch.cumsum(F.softmax(ordered, dim=-1), dim=-1) > top_p
+                drop[..., 1:] = drop[..., :-1].clone()
+                drop[..., 0] = 0
+                logits[0, order[drop]] = float("-inf")
+            token = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).squeeze(1)
+        if token.item() not in self.special_token_ids:
+            self.generated_tokens.append(int(token.item()))
+        else:
+            self.generated_special_tokens.append(int(token.item()))
+        return token
 
     def get_cache_length(self) -> int:
         return 0 if self.cache is None else int(self.cache[0][0].shape[2])
@@ -317,8 +392,9 @@ class StandInBackboneDuplex:
     """The duplex object's parts the backbone rules reach: ``decoder``, ``model.tts``, the
     decode budget and the two unit methods (here only markers the rules time)."""
 
-    def __init__(self, decoder: StandInDecoder, tts: StandInTTS | None, budget: int = 20) -> None:
+    def __init__(self, decoder: StandInDecoder, tts: Any, budget: int = 20) -> None:
         self.decoder, self.max_new_speak_tokens_per_chunk = decoder, budget
+        self.tts_repetition_penalty = 1.05
         self.model = type("Model", (), {})()
         self.model.tts = tts
 
@@ -327,3 +403,98 @@ class StandInBackboneDuplex:
 
     def streaming_generate(self) -> dict[str, Any]:
         return {"is_listen": True}
+
+
+class CustomRepetitionPenaltyLogitsProcessorRepeat:
+    """The vendor's TTS repetition processor (same name: the rules recognize it by name),
+    restated: counts of the last ``past_window`` ids, ``penalty ** count`` multiplied into
+    negative scores and divided out of the others."""
+
+    def __init__(self, penalty: float, max_input_ids: int, past_window: int) -> None:
+        self.penalty, self.max_input_ids, self.past_window = penalty, max_input_ids, past_window
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.size(1) > self.past_window:
+            input_ids = input_ids.narrow(1, -self.past_window, self.past_window)
+        freq = F.one_hot(input_ids, scores.size(1)).sum(1)
+        alpha = torch.pow(self.penalty, freq)
+        scores = scores.contiguous()
+        return torch.where(scores < 0, scores.multiply(alpha), scores.divide(alpha))
+
+
+def gen_logits(num_code: int, repetition_penalty: float = 1.0) -> tuple[list[Any], list[Any]]:
+    """The vendor's ``gen_logits`` as far as the TTS head uses it (its processors)."""
+    if repetition_penalty == 1:
+        return [], []
+    return [], [CustomRepetitionPenaltyLogitsProcessorRepeat(repetition_penalty, num_code, 16)]
+
+
+class StandInSpeechHead:
+    """The vendor's ``MiniCPMTTS`` as ``generate_chunk`` uses it: a transformers ``LlamaModel``
+    (``model``), ``emb_code`` and weight-normed ``head_code`` (one codebook), restated."""
+
+    def __init__(self, core: Any, codes: int) -> None:
+        from torch import nn
+        from torch.nn.utils.parametrizations import weight_norm
+
+        self.model, self.config = core, core.config
+        self.config.num_audio_tokens = codes
+        self.num_vq, self.num_audio_tokens, self.device = 1, codes, torch.device("cpu")
+        hidden = int(core.config.hidden_size)
+        self.emb_code = nn.ModuleList([nn.Embedding(codes, hidden)])
+        self.head_code = nn.ModuleList([weight_norm(nn.Linear(hidden, codes, bias=False))])
+
+    @torch.inference_mode()
+    def generate_chunk(
+        self,
+        inputs_embeds: torch.Tensor,
+        temperature: torch.Tensor,
+        repetition_penalty: float,
+        eos_token: torch.Tensor,
+        force_no_stop: bool = False,
+        max_new_token: int = 500,
+        min_new_tokens: int = 0,
+        past_key_values: Any = None,
+        logits_processors: Any = None,
+        text_start_pos: int = 0,
+    ) -> tuple[torch.Tensor, Any]:
+        """The vendor's loop: host positions, ``finish`` read every token."""
+        import torch.nn.utils.parametrize as P
+
+        _, processors = gen_logits(self.num_audio_tokens, repetition_penalty)
+        finish = torch.zeros(1).bool()
+        temperature = temperature.unsqueeze(0).expand(1, -1).contiguous().view(-1, 1)
+        n = inputs_embeds.shape[1]
+        new_tokens = torch.zeros(1, max_new_token, self.num_vq, dtype=torch.long)
+        t = 0
+        for t in range(max_new_token):
+            if t == 0:
+                x = inputs_embeds
+                pos = torch.tensor(list(range(text_start_pos, text_start_pos + n))).unsqueeze(0)
+            else:
+                x = self.emb_code[0](new_tokens[:, t - 1 : t, 0])
+                pos = torch.tensor([text_start_pos + n + t - 1]).unsqueeze(0)
+            out = self.model(
+                position_ids=pos, past_key_values=past_key_values, inputs_embeds=x,
+                use_cache=True, output_attentions=False,
+            )  # fmt: skip
+            past_key_values = out.past_key_values
+            with P.cached():
+                logits = torch.empty(1, x.shape[1], self.num_audio_tokens, 1, dtype=torch.float)
+                logits[..., 0] = self.head_code[0](out.last_hidden_state)
+            logits = logits[:, -1].float().permute(0, 2, 1).reshape(-1, self.num_audio_tokens)
+            logits /= temperature
+            if t > 0:
+                previous = new_tokens[:, 0:t].permute(0, 2, 1).reshape(1, -1)
+                for processor in processors:
+                    logits = processor(previous, logits)
+            if force_no_stop or t < min_new_tokens:
+                logits[:, eos_token] = -torch.inf
+            idx = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1).view(-1, 1)
+            finish.logical_or_(idx.eq(eos_token).any(1))
+            new_tokens[:, t] = idx
+            if t == 0 and finish.any():
+                break
+            if finish.all():
+                break
+        return new_tokens[:, 0:t, :], past_key_values

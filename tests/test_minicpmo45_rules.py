@@ -19,12 +19,17 @@ import torch
 from adapters.minicpmo45.rules import BackboneRules, BackboneSpec
 from engine.arms import Arm
 from engine.replay import ReplayEngine
-from tests.minicpmo45_standin import StandInBackboneDuplex, StandInDecoder, StandInTTS
+from tests.minicpmo45_standin import (
+    StandInBackboneDuplex,
+    StandInDecoder,
+    StandInSpeechHead,
+    StandInTTS,
+)
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-HIDDEN, VOCAB = 64, 96
+HIDDEN, VOCAB, CODES = 64, 96, 40
 
 
 def build(seed: int = 0) -> tuple[Any, Any]:
@@ -48,20 +53,31 @@ class Arms:
         return self.arm
 
 
-def session(high: int = 40, low: int = 30) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
+def session(
+    high: int = 40, low: int = 30, speech: bool = False
+) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
     llm, tts = build()
     decoder = StandInDecoder(llm, high, low, preserve=5)
-    duplex = StandInBackboneDuplex(decoder, StandInTTS(tts), budget=6)
+    head = StandInSpeechHead(tts, codes=CODES) if speech else StandInTTS(tts)
+    duplex = StandInBackboneDuplex(decoder, head, budget=6)
     arm = Arms(Arm.EAGER)
     rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, BackboneSpec.read())
     return duplex, rules, arm
 
 
 def conversation(
-    duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms, slide: bool = True
+    duplex: Any,
+    seed: int,
+    units: int,
+    arms: list[Arm],
+    arm: Arms,
+    slide: bool = True,
+    sample: str | None = None,
 ) -> list[Any]:
-    """Every output of every feed and TTS call; the arm switches live per unit."""
+    """Every output of every feed and TTS call, with ``sample`` every id the decoder's
+    ``decode`` picked and the generator after each unit; the arm switches live per unit."""
     g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
     dec, outs = duplex.decoder, []
     embed = dec.m.model.embed_tokens
     dec.reset()
@@ -76,9 +92,17 @@ def conversation(
         audio = torch.randn(10, HIDDEN, generator=g)
         logits, hidden = dec.feed(audio, return_logits=True)
         outs += [logits, hidden]
-        for _ in range(4):  # decode steps on the argmax
-            logits, hidden = dec.feed(embed(logits.argmax(-1)), return_logits=True)
+        for _ in range(4 if sample is None else 6):  # decode steps: the argmax, or decode's
+            if sample is None:
+                logits, hidden = dec.feed(embed(logits.argmax(-1)), return_logits=True)
+            else:
+                token = dec.decode(logits, mode=sample)
+                outs.append(token.cpu())
+                if int(token.item()) == dec.chunk_eos_id:
+                    break
+                logits, hidden = dec.feed(dec.embed_token(int(token.item())), return_logits=True)
             outs += [logits, hidden]
+        outs.append(torch.get_rng_state())
         dec.feed(embed(torch.tensor([2])))  # </unit>
         while slide and dec.get_cache_length() > dec._window_config.basic_window_high_tokens:
             dec._drop_tokens_from_cache(7)  # the vendor's window: drop the oldest unit
@@ -104,6 +128,81 @@ def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
     assert replay["tts.step"]["hits"] > 0
     assert replay["tts.step"]["misses"].get("not_in_catalog", 0) > 0  # the conditions' lengths
     assert rules.stats()["fallbacks"]["window_upkeep_eager"] == rules.window["slides"]
+
+
+@pytest.mark.parametrize("mode", ["sampling", "greedy"])
+def test_every_arm_equals_eager_with_the_decoders_sampling(mode: str) -> None:
+    """The replaying arms pick each token with ``llm.sample`` (the vendor's ``decode`` on the
+    device), eager and S with the vendor's own: the same ids, logits and generator state on every
+    token, across slides, the chunk-eos branch taken or not, and a new conversation."""
+    duplex, rules, arm = session()
+    with torch.no_grad():  # chunk-eos likelier than the tiny model's 1/96, to end units early
+        duplex.decoder.m.lm_head.weight[duplex.decoder.chunk_eos_id] *= 20
+    eager = conversation(duplex, 4, 6, [Arm.EAGER], arm, sample=mode)
+    assert equal(eager, conversation(duplex, 4, 6, [Arm.EAGER], arm, sample=mode))
+    ids = [int(t) for t in eager if t.dtype == torch.int64 and t.numel() == 1]
+    eos = ids.count(duplex.decoder.chunk_eos_id)
+    assert len(ids) > eos >= (1 if mode == "sampling" else 0), ids
+    arm.arm = Arm.SRC
+    rules.warm_up()  # captures llm.sample in both modes: no trace in the generator or the ring
+    rules.reset_stats()
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, conversation(duplex, 4, 6, arms, arm, sample=mode)), arms
+    stats = rules.stats()
+    assert stats["sampled"]["tokens"] == stats["sampled"]["host_reads"] > 0
+    assert stats["sampled"]["ring_rebuilt"] >= 2  # each conversation's new list
+    assert rules.window["slides"] > 0
+    sample = stats["replay"]["llm.sample"]
+    if mode == "greedy":
+        assert sample["hits"] == stats["sampled"]["tokens"], sample
+    else:  # the CPU's generator is the host's: the engine runs the draws eagerly, counted
+        assert set(sample["misses"]) == {"host_randomness"}, sample
+        assert stats["sampled"]["rewinds"] > 0
+
+
+def speech_turns(duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms) -> list[Any]:
+    """The duplex object's calls of the TTS head's ``generate_chunk`` (its streaming_generate's
+    arguments and turn bookkeeping: a turn ends every third unit); every token and the
+    generator after each unit."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    tts, outs, past, start = duplex.model.tts, [], None, 0
+    for u in range(units):
+        arm.arm = arms[u % len(arms)]
+        condition = torch.randn(1, 3 + u % 2, 48, generator=g)
+        least = 0 if u % 3 == 0 else 6
+        tokens, kv = tts.generate_chunk(
+            inputs_embeds=condition, temperature=torch.tensor([0.8]), repetition_penalty=1.05,
+            eos_token=torch.tensor([CODES - 1]), force_no_stop=False, max_new_token=8,
+            min_new_tokens=least, past_key_values=past, logits_processors=None,
+            text_start_pos=start,
+        )  # fmt: skip
+        outs += [tokens.clone(), torch.get_rng_state()]
+        past, start = (None, 0) if u % 3 == 2 else (kv, start + 3 + u % 2 + tokens.shape[1])
+    return outs
+
+
+def test_every_arm_equals_eager_with_the_tts_heads_token_loop() -> None:
+    """Under a replaying arm the TTS head's tokens come from ``tts.token`` (one call and one
+    host read a token); eager and S run the vendor's ``generate_chunk``: the same tokens and
+    generator, eos taken early and not, across turns."""
+    duplex, rules, arm = session(speech=True)
+    with torch.no_grad():  # the eos code likelier, so some chunks end early
+        duplex.model.tts.head_code[0].parametrizations.weight.original0[CODES - 1] *= 4
+    eager = speech_turns(duplex, 5, 9, [Arm.EAGER], arm)
+    assert equal(eager, speech_turns(duplex, 5, 9, [Arm.EAGER], arm))
+    lengths = [int(t.shape[1]) for t in eager[::2]]
+    assert min(lengths) < 7 and max(lengths) == 7, lengths
+    arm.arm = Arm.SRC
+    rules.warm_up()
+    rules.reset_stats()
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, speech_turns(duplex, 5, 9, arms, arm)), arms
+    stats = rules.stats()
+    token = stats["replay"]["tts.token"]
+    assert set(token["misses"]) == {"host_randomness"}, token  # the CPU's host generator
+    assert stats["sampled"]["speech_host_reads"] > 0
+    assert not {k for k in stats["fallbacks"] if k.startswith("tts_token")}, stats["fallbacks"]
 
 
 def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:

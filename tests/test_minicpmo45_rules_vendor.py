@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,59 @@ def test_every_arm_equals_eager_on_the_public_code(tmp_path: Path) -> None:
         assert run["slides"] > 0 and set(run["fallbacks"]) == {"window_upkeep_eager"}, name
     greedy = result["vendor"]["greedy"]
     assert greedy["ids"]["agree"] == greedy["ids"]["tokens"] > 0
+
+
+@pytest.mark.parametrize("mode", ["sampling", "greedy"])
+def test_the_device_decode_equals_the_public_codes_decode(mode: str) -> None:
+    """``DeviceDecode`` against the public code's own ``StreamDecoder.decode`` (its function, on
+    a decoder holding the released vocabulary's special ids), 100 tokens: the same id and the
+    same generator state after every token, the chunk-eos branch taken and not."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    from adapters.minicpmo45.sample import DeviceDecode
+
+    spec = importlib.util.spec_from_file_location("mo45_public_utils", CODE / "utils.py")
+    assert spec is not None and spec.loader is not None
+    utils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(utils)
+    vocab = 151748
+
+    def decoder() -> Any:
+        return SimpleNamespace(
+            chunk_eos_id=vocab - 1, turn_eos_id=vocab - 2, listen_id=vocab - 3,
+            special_token_ids=list(range(vocab - 40, vocab)),
+            forbidden_token_ids=[vocab - 5, vocab - 1],
+            generated_tokens=[], generated_special_tokens=[], context="",
+            tokenizer=SimpleNamespace(decode=lambda *a, **k: ""),
+        )  # fmt: skip
+
+    vendor, ours = decoder(), decoder()
+    sampler = DeviceDecode(ours, vocab, 512, torch.device("cpu"))
+    g = torch.Generator().manual_seed(5)
+    torch.manual_seed(6)
+    taken = 0
+    for t in range(100):
+        logits = torch.randn(1, vocab, generator=g) * 3
+        logits[0, torch.randint(0, 300, (8,), generator=g)] += 9  # repeats likely
+        logits[0, vocab - 1] += 14 if t % 4 == 2 else 0  # chunk-eos drawn first now and then
+        logits[0, vocab - 2] += 12 * (1 if t % 2 else -1)  # turn-eos of both signs, in the top-k
+        logits = logits.to(torch.bfloat16)
+        state = torch.get_rng_state()
+        want = int(utils.StreamDecoder.decode(vendor, logits, mode=mode).item())
+        after = torch.get_rng_state()
+        torch.set_rng_state(state)
+        sampler.mirror()
+        got = int(
+            sampler.step(logits, sampler.ring, sampler.count, mode, 0.7, 20, 0.8, 1.0, 1.05, 1.1)
+        )
+        if got == sampler.eos and mode == "sampling":
+            sampler.rewind(state, logits)
+        sampler.took(got, got == sampler.eos)
+        assert got == want, t
+        assert torch.equal(torch.get_rng_state(), after), t
+        taken += got == sampler.eos
+    assert ours.generated_tokens == vendor.generated_tokens
+    assert mode == "greedy" or taken >= 2, taken

@@ -13,13 +13,17 @@ vendor's classes are untouched):
   to it in its own form; the result is copied back into the carry (eager, counted);
 * ``duplex.model.tts.model.forward`` — the TTS head's Llama, called by the vendor's
   ``generate_chunk`` once per speech token: the same step over the TTS carry;
+* ``duplex.decoder.decode`` / ``embed_token`` and ``duplex.model.tts.generate_chunk`` — the
+  per-token host loops, on the device under a replaying arm (operators ``llm.sample`` and
+  ``tts.token``, :mod:`~adapters.minicpmo45.sampling_rules`): one host read a token;
 * timing wrappers on ``streaming_prefill``, ``streaming_generate``, the audio encoder and the
   TTS head's ``generate_chunk``, for the per-unit stage split.
 
 Every step goes through the session's :class:`~engine.replay.ReplayEngine` (operators
-``llm.step``, ``llm.feed``, ``tts.step``) when the session's arm replays, else runs the same
-function eagerly: the family's eager arm is this code with the same shapes. The catalog (the
-declaration's feed lengths) is known before traffic; any other length is a counted miss
+``llm.step``, ``llm.feed``, ``tts.step``, ``llm.sample``, ``tts.token``) when the session's
+arm replays, else runs the same function eagerly: the family's eager arm is this code with the
+same shapes (its sampling is the vendor's). The catalog (the declaration's feed lengths, the
+vendor's sampling defaults) is known before traffic; any other length is a counted miss
 (``not_in_catalog``). Where the rules cannot run a call (the carry is full, the vendor's
 context window mode, a cache the vendor built), the vendor's own code runs it and the reason is
 counted in :meth:`stats` ``fallbacks``.
@@ -45,6 +49,9 @@ from torch import Tensor
 
 from adapters.minicpmo45.kv import CarryView, KVCarry, cache_pairs
 from adapters.minicpmo45.llm_step import CarryStep
+from adapters.minicpmo45.sample import DeviceDecode
+from adapters.minicpmo45.sampling_rules import SamplingRules
+from adapters.minicpmo45.tts_sample import SpeechTokens
 from engine.arms import Arm
 from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
@@ -135,7 +142,7 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-class BackboneRules:
+class BackboneRules(SamplingRules):
     """The rules installed on one duplex object (module docstring).
 
     Args:
@@ -178,8 +185,13 @@ class BackboneRules:
                 catalog=catalog,
             ),
         }  # fmt: skip
+        self.sampler: DeviceDecode | None = None
+        self._last: tuple[int, Tensor] | None = None  # the last sampled id, on the host and device
+        if callable(getattr(self.decoder, "decode", None)):
+            self._sampler(llm, dtype)
         self.tts_step: CarryStep | None = None
         self.tts_carry: KVCarry | None = None
+        self.speech: SpeechTokens | None = None
         tts = getattr(getattr(duplex, "model", None), "tts", None)
         if tts is not None and getattr(tts, "model", None) is not None:
             core = tts.model
@@ -195,9 +207,13 @@ class BackboneRules:
                 catalog=self._catalog(self.tts_carry, int(core.config.hidden_size), tdtype,
                                       spec.tts_lengths),
             )  # fmt: skip
+            if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
+                self._speech_tokens(tts, tdtype)
         self.vendor = False
         self.timing = False
         self.fallbacks: Counter[str] = Counter()
+        self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
+        self.sampled["speech_host_reads"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
@@ -228,6 +244,10 @@ class BackboneRules:
             for _ in range(self.replay.warmup_calls + 1):
                 for n in self.spec.llm_lengths:
                     self._call_all("llm", self.llm_step, self.llm_carry, n)
+        if self.sampler is not None:
+            self._warm_sampler(self.sampler)
+        if self.speech is not None:
+            self._warm_speech(self.speech)
         if self.tts_step is not None and self.tts_carry is not None:
             with torch.inference_mode():  # as the vendor's generate_chunk calls it
                 for _ in range(self.replay.warmup_calls + 1):
@@ -244,6 +264,7 @@ class BackboneRules:
 
     def reset_stats(self) -> None:
         self.fallbacks.clear()
+        self.sampled = dict.fromkeys(self.sampled, 0)
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit.clear()
         for name in self.ops:
@@ -266,6 +287,7 @@ class BackboneRules:
             "per_unit": list(self.per_unit),
             "replay": {name: op.counters.to_dict() for name, op in self.ops.items()},
             "fallbacks": dict(self.fallbacks),
+            "sampled": dict(self.sampled),
             "window": dict(self.window)
             | {
                 "mode": config.sliding_window_mode,
@@ -286,18 +308,22 @@ class BackboneRules:
         if model is not None and hasattr(model, "get_audio_embedding_streaming"):
             self._wrap(model, "get_audio_embedding_streaming", self._timed("audio_encoder"))
         if self.tts_step is not None and model is not None:
-            self._wrap(model.tts, "generate_chunk", self._timed("tts_head"))
+            chunk = self._timed("tts_head")(self._generate_chunk)
+            self._wrap(model.tts, "generate_chunk", lambda original: chunk)
         self._install_steps()
 
     def _install_steps(self) -> None:
         self._wrap(self.decoder, "feed", lambda original: self._feed)
         self._wrap(self.decoder, "_drop_tokens_from_cache", lambda original: self._drop)
+        if self.sampler is not None:
+            self._wrap(self.decoder, "decode", lambda original: self._decode)
+            self._wrap(self.decoder, "embed_token", lambda original: self._embed_token)
         if self.tts_step is not None:
             self._wrap(self.duplex.model.tts.model, "forward", lambda original: self._tts_forward)
 
     def _uninstall_steps(self) -> None:
-        for obj, name in ((self.decoder, "feed"), (self.decoder, "_drop_tokens_from_cache")):
-            self._unwrap(obj, name)
+        for name in ("feed", "_drop_tokens_from_cache", "decode", "embed_token"):
+            self._unwrap(self.decoder, name)
         if self.tts_step is not None:
             self._unwrap(self.duplex.model.tts.model, "forward")
 

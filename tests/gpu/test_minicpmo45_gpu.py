@@ -103,6 +103,19 @@ def slides(session: Any) -> int | None:
     return int(rules.stats().get("window", {}).get("slides", 0))
 
 
+def sampling(session: Any, arm: Arm) -> dict[str, Any]:
+    """Under a replaying arm, the rules' token-loop counters (``llm.sample``, ``tts.token``)."""
+    rules = session.rules
+    if not arm.replay or rules is None or not callable(getattr(rules, "stats", None)):
+        return {}
+    stats = rules.stats()
+    if "sampled" not in stats:
+        return {}
+    ops = ("llm.sample", "tts.token")
+    misses = {op: stats["replay"][op]["misses"] for op in ops if op in stats["replay"]}
+    return {"sampled": stats["sampled"], "sample_misses": misses}
+
+
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
 def test_every_arm_equals_eager_across_barge_in_window_and_new_conversation(
     session: Any, seed: int, replays: list[int]
@@ -118,6 +131,7 @@ def test_every_arm_equals_eager_across_barge_in_window_and_new_conversation(
         launched = replays[0]
         figures[name] = agreement(script(session, Arm.parse(name), seed), reference)
         figures[name]["graph_replays"] = replays[0] - launched
+        figures[name] |= sampling(session, Arm.parse(name))
     spoke = sum(bool(u["speech"]) for u in reference)
     record("minicpmo45_arms_equal_eager", seed=seed, units=UNITS, spoke=spoke,
            barge_in_at=BARGE_IN_AT, new_conversation_at=NEW_CONVERSATION_AT, **figures)  # fmt: skip
@@ -125,5 +139,10 @@ def test_every_arm_equals_eager_across_barge_in_window_and_new_conversation(
         if isinstance(result, dict):
             assert result["equal"]["all"] == UNITS, (name, result)
     assert spoke > 0
+    for name, result in figures.items():  # the token loops ran on the device, replayed
+        if isinstance(result, dict) and "sampled" in result:
+            assert result["sampled"]["tokens"] == result["sampled"]["host_reads"] > 0, name
+            for op, misses in result["sample_misses"].items():
+                assert set(misses) <= {"warmup"}, (name, op, misses)
     if window is not None:
         assert window > 0, "no sliding-window event within the units: smaller bounds needed"

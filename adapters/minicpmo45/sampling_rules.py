@@ -1,0 +1,275 @@
+"""The backbone rules' token loops: the LLM's sampling and the TTS head's tokens on the device.
+
+:class:`SamplingRules` is the part of :class:`~adapters.minicpmo45.rules.BackboneRules` that
+replaces the vendor's per-token host loops under a replaying arm (eager and S keep the vendor's
+own code, so every arm = eager compares the two):
+
+* ``decoder.decode`` by ``llm.sample`` (:class:`~.sample.DeviceDecode`) and ``decoder.embed_token``
+  by a gather of the id just sampled from its device copy;
+* ``tts.generate_chunk`` by the vendor's loop with ``tts.token``
+  (:class:`~.tts_sample.SpeechTokens`) for every token after the condition's.
+
+One host read a token in each; what they cannot follow runs the vendor's code, counted.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from adapters.minicpmo45.kv import CarryView, KVCarry
+from adapters.minicpmo45.llm_step import CarryStep
+from adapters.minicpmo45.sample import MODES, PARAMS, DeviceDecode, decode_defaults
+from adapters.minicpmo45.tts_sample import SpeechTokens, repetition_processor
+from engine.arms import Arm
+from engine.replay import ReplayEngine, ReplayOp
+from engine.signature import Catalog, TensorSpec
+
+__all__ = ["SamplingRules"]
+
+
+class SamplingRules:
+    """The token loops of :class:`~adapters.minicpmo45.rules.BackboneRules` (module docstring)."""
+
+    duplex: Any
+    decoder: Any
+    replay: ReplayEngine
+    arm: Callable[[], Arm]
+    device: torch.device
+    backend: str
+    vendor: bool
+    ops: dict[str, ReplayOp]
+    fallbacks: Counter[str]
+    sampled: dict[str, int]
+    llm_carry: KVCarry
+    tts_step: CarryStep | None
+    tts_carry: KVCarry | None
+    tts_view: CarryView
+    sampler: DeviceDecode | None
+    speech: SpeechTokens | None
+    _last: tuple[int, Tensor] | None
+    _decode_defaults: dict[str, Any]
+    _tts_penalty: tuple[float, int]
+
+    def _vendor(self, obj: Any, name: str) -> Any:
+        raise NotImplementedError
+
+    def _timed(self, stage: str) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    # -- the LLM's sampling -------------------------------------------------------------------
+
+    def _sampler(self, llm: Any, dtype: torch.dtype) -> None:
+        """``llm.sample``: the vendor's ``decode`` on the device (:mod:`.sample`), its catalog
+        the vendor's own defaults in both modes."""
+        dec = self.decoder
+        defaults = decode_defaults(dec.decode)
+        if int(dec.chunk_eos_id) not in {int(i) for i in dec.forbidden_token_ids}:
+            self.fallbacks["sample_eos_not_forbidden"] += 1  # the vendor always forbids it
+            return
+        vocab = int(llm.lm_head.weight.shape[0])
+        window = int(defaults["text_repetition_window_size"])
+        self.sampler = sampler = DeviceDecode(dec, vocab, window, self.device)
+        self._decode_defaults = defaults
+        logits = TensorSpec((1, vocab), dtype, self.device)
+        catalog = Catalog.of_calls(
+            (logits, sampler.ring, sampler.count, mode, *self._sample_params(defaults))
+            for mode in MODES
+        )
+        self.ops["llm.sample"] = self.replay.register(
+            "llm.sample", sampler.step, aliased=["ring", "count"], catalog=catalog
+        )
+
+    @staticmethod
+    def _sample_params(params: dict[str, Any]) -> tuple[Any, ...]:
+        """The step's scalar arguments, in :meth:`DeviceDecode.step`'s order."""
+        names = [n for n in PARAMS if n != "text_repetition_window_size"]
+        return tuple(params[n] for n in names)
+
+    def _decode(self, logits: Tensor, mode: str = "sampling", **kwargs: Any) -> Tensor:
+        """The decoder's ``decode``: on the device under a replaying arm (one host read a
+        token), else the vendor's own."""
+        vendor = self._vendor(self.decoder, "decode")
+        sampler = self.sampler
+        if sampler is None or not self.arm().replay:
+            self._last = None
+            return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
+        params = self._decode_defaults | kwargs | {"mode": mode}
+        refused = (
+            "listen_top_k" if params["listen_top_k"] is not None
+            else "mode" if mode not in MODES
+            else "repetition_window" if params["text_repetition_window_size"] != sampler.window
+            else "logits" if tuple(logits.shape) != (1, sampler.vocab)
+            else ""
+        )  # fmt: skip
+        if refused:
+            self.fallbacks[f"sample_{refused}"] += 1
+            sampler.mirror()
+            return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
+        if sampler.mirror():
+            self.sampled["ring_rebuilt"] += 1
+        state = sampler.rng_state() if mode == "sampling" else None
+        token = self.ops["llm.sample"](
+            logits, sampler.ring, sampler.count, mode, *self._sample_params(params)
+        )
+        tid = int(token.item())  # the token's one host read
+        eos = tid == sampler.eos
+        if eos and state is not None:
+            sampler.rewind(state, logits)
+            self.sampled["rewinds"] += 1
+        sampler.took(tid, eos)
+        self.sampled["tokens"] += 1
+        self.sampled["host_reads"] += 1
+        self._last = (tid, token)
+        return torch.tensor([tid])
+
+    def _embed_token(self, tid: Any) -> Tensor:
+        """The vendor's ``embed_token``; the id just sampled is gathered from its device copy
+        (no upload)."""
+        last = self._last
+        if last is not None and isinstance(tid, int) and tid == last[0]:
+            out: Tensor = self.decoder.m.model.embed_tokens(last[1])
+            return out
+        return self._vendor(self.decoder, "embed_token")(tid)  # type: ignore[no-any-return]
+
+    def _warm_sampler(self, sampler: DeviceDecode) -> None:
+        """Capture ``llm.sample`` in both modes; the generator and the ring as before."""
+        state = sampler.rng_state()
+        g = torch.Generator(device=self.device).manual_seed(0)
+        params = self._sample_params(self._decode_defaults)
+        with torch.no_grad():
+            for _ in range(self.replay.warmup_calls + 1):
+                for mode in MODES:
+                    logits = torch.randn(1, sampler.vocab, generator=g, device=self.device)
+                    logits = logits.to(self.llm_carry.buffer.dtype)
+                    self.ops["llm.sample"](logits, sampler.ring, sampler.count, mode, *params)
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+        sampler.forget()
+
+    # -- the TTS head's tokens --------------------------------------------------------------
+
+    def _speech_tokens(self, tts: Any, dtype: torch.dtype) -> None:
+        """``tts.token``: one speech token per replay (:mod:`.tts_sample`), for the duplex
+        object's repetition penalty as the vendor's ``gen_logits`` makes it."""
+        penalty = getattr(self.duplex, "tts_repetition_penalty", None)
+        proc = repetition_processor(tts, float(penalty)) if penalty is not None else None
+        if proc is None or self.tts_step is None or self.tts_carry is None:
+            self.fallbacks["tts_tokens_unknown_processor"] += 1
+            return
+        self._tts_penalty = proc
+        self.speech = sp = SpeechTokens(tts, self.tts_step, self.tts_carry.buffer, proc[1])
+        temperature = TensorSpec((1, 1), torch.float32, self.device)
+        catalog = Catalog.of_calls(
+            (sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring, sp.count,
+             proc[0], proc[0] != 1.0, mask)
+            for mask in (False, True)
+        )  # fmt: skip
+        self.ops["tts.token"] = self.replay.register(
+            "tts.token", sp.token, catalog=catalog, extra_key=lambda: self.backend,
+            aliased=["prev", "position", "slot", "buffer", "ring", "count"],
+        )  # fmt: skip
+
+    def _generate_chunk(self, *args: Any, **kwargs: Any) -> Any:
+        """The TTS head's ``generate_chunk``: ours under a replaying arm, else the vendor's."""
+        tts = self.duplex.model.tts
+        vendor = self._vendor(tts, "generate_chunk")
+        if self.speech is None or self.vendor or not self.arm().replay:
+            return vendor(*args, **kwargs)
+        call = inspect.signature(vendor).bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        known = float(a["repetition_penalty"]) == self._tts_penalty[0]
+        if not known or int(a["inputs_embeds"].shape[0]) != 1 or int(a["max_new_token"]) < 1:
+            self.fallbacks["tts_tokens_other_call"] += 1
+            return vendor(*args, **kwargs)
+        with torch.inference_mode():
+            return self._speech_chunk(tts, a)
+
+    def _speech_chunk(self, tts: Any, a: dict[str, Any]) -> tuple[Tensor, Any]:
+        """The vendor's ``generate_chunk`` loop with :class:`SpeechTokens` (one host read a
+        token)."""
+        sp, carry = self.speech, self.tts_carry
+        assert sp is not None and carry is not None
+        x: Tensor = a["inputs_embeds"]
+        device = x.device
+        eos_token = a["eos_token"].to(device)
+        temperature = a["temperature"].unsqueeze(0).expand(1, -1).contiguous().view(-1, 1)
+        temperature = temperature.to(device)
+        start, n, most = int(a["text_start_pos"]), int(x.shape[1]), int(a["max_new_token"])
+        least, no_stop = int(a["min_new_tokens"]), bool(a["force_no_stop"])
+        penalty, penalize = self._tts_penalty[0], self._tts_penalty[0] != 1.0
+        stop_ids = {int(i) for i in eos_token.view(-1).tolist()}
+        new_tokens = torch.zeros(1, most, sp.vq, device=device, dtype=torch.long)
+        sp.start(eos_token)
+        positions = torch.arange(start, start + n, dtype=torch.long, device=device).unsqueeze(0)
+        out = tts.model(
+            position_ids=positions, past_key_values=a["past_key_values"], inputs_embeds=x,
+            use_cache=True, output_attentions=False,
+        )  # fmt: skip
+        past = out.past_key_values
+        token = sp.sample(
+            out.last_hidden_state, temperature, sp.ring, sp.count, penalty, False,
+            no_stop or least > 0,
+        )  # fmt: skip
+        t = 0
+        for t in range(most):
+            if t > 0:
+                mask = no_stop or t < least
+                if past is self.tts_view and carry.fits(1):
+                    token = self.ops["tts.token"](
+                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
+                        sp.count, penalty, penalize, mask,
+                    )  # fmt: skip
+                    carry.length += 1
+                else:  # the vendor's forward on its own cache (counted by _tts_forward)
+                    self.fallbacks["tts_token_eager"] += 1
+                    out = tts.model(
+                        position_ids=torch.tensor([[start + n + t - 1]], device=device),
+                        past_key_values=past, inputs_embeds=tts.emb_code[0](sp.prev),
+                        use_cache=True, output_attentions=False,
+                    )  # fmt: skip
+                    past = out.past_key_values
+                    token = sp.sample(
+                        out.last_hidden_state, temperature, sp.ring, sp.count, penalty,
+                        penalize, mask,
+                    )  # fmt: skip
+                    sp.prev.copy_(token[:, :1])
+            elif past is self.tts_view:
+                sp.prev.copy_(token[:, :1])
+                sp.place(start + n, carry.length)
+            else:
+                sp.prev.copy_(token[:, :1])
+            ids = token.view(-1).tolist()  # the token's one host read
+            self.sampled["speech_host_reads"] += 1
+            new_tokens[:, t] = token
+            if stop_ids.intersection(ids):
+                break
+        return new_tokens[:, 0:t, :], past
+
+    def _warm_speech(self, sp: SpeechTokens) -> None:
+        """Capture ``tts.token`` (eos masked and not); the generator as before."""
+        state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        cpu_state = torch.get_rng_state()
+        penalty = self._tts_penalty[0]
+        temperature = torch.ones(1, 1, device=self.device)
+        with torch.inference_mode():
+            sp.start(torch.tensor([sp.vocab - 1], device=self.device))
+            sp.place(0, 0)
+            for _ in range(self.replay.warmup_calls + 1):
+                for mask in (False, True):
+                    self.ops["tts.token"](
+                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
+                        sp.count, penalty, penalty != 1.0, mask,
+                    )  # fmt: skip
+                    sp.place(0, 0)
+        if state is not None:
+            torch.cuda.set_rng_state(state, self.device)
+        torch.set_rng_state(cpu_state)
