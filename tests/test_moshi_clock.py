@@ -1,7 +1,8 @@
 """One clock per transformer changes kernels, not bits: the vendor's streaming transformer with
 and without it, stepped past its rings' capacity (they wrap), across resets, one and two steps a
 call, on both ring paths (masked scatter; ``weights_per_step``'s index copy), with each rotary
-layout (which reads the shared counter in every layer) and none."""
+layout (which reads the shared counter in every layer) and none; weights per step applied to a
+one-step input without the vendor's one-tensor concatenation (adapters/moshi/one_step.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from adapters.moshi.clock import share_clocks
+from adapters.moshi.one_step import one_step_layers
 
 pytest.importorskip("moshi")
 
@@ -51,6 +53,7 @@ def test_a_shared_clock_equals_the_vendors_layers(case: str) -> None:
     steps = [1] * 4 if per_step else [2, 1, 1, 2, 1, 2, 1, 1, 2, 1, 1, 1, 2, 2, 1]
     with torch.no_grad(), vendor.streaming(1), ours.streaming(1):
         assert share_clocks(ours) == 2
+        assert one_step_layers(ours) == (3 if per_step else 0)  # their feed-forward too
         for _ in range(3 if per_step else 2):  # a reset between rounds
             for t in steps:
                 x = torch.randn((1, t, 32), generator=g)

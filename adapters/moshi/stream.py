@@ -46,6 +46,7 @@ from torch import Tensor
 
 from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
+from adapters.moshi.one_step import one_step_layers
 from adapters.moshi.vendor import replace_class
 from engine.arms import Arm, Granularity
 from engine.replay import ReplayEngine, ReplayOp
@@ -99,6 +100,7 @@ class MoshiStream:
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
         self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
+        one_step_layers(lm_gen.lm_model)  # the depformer's per-step weights without a copy
         self.ops = ops(mimi, lm_gen, sdpa=sdpa)
         self.replay, self.device, self.name = replay, lm_gen.lm_model.device, name
         self.spf, self.dep_q, self.audio_q = samples_per_frame, self.ops.dep_q, self.ops.audio_q
