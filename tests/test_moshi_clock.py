@@ -120,3 +120,29 @@ def test_layers_that_differ_are_refused() -> None:
             share_clocks(model)
         untouched = type(model.layers[0].self_attn).__name__
         assert untouched == "StreamingMultiheadAttention"
+
+
+def test_one_step_layers_keep_to_their_streaming_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed, a one-step call concatenates nothing (projections and feed-forward run the
+    step's module on the input); in a fresh ``streaming()`` (the vendor's own loop on the same
+    model) every layer runs the vendor's ``apply_weights_per_step`` again."""
+    import moshi.modules.transformer as vendor_transformer
+
+    model = transformer(**CASES["index_copy-none"])
+    calls: list[int] = []
+    vendor_apply = vendor_transformer.apply_weights_per_step
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return vendor_apply(*args)
+
+    monkeypatch.setattr(vendor_transformer, "apply_weights_per_step", counted)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        with model.streaming(1):
+            assert share_clocks(model) == 2 and one_step_layers(model) == 3
+            model(torch.randn((1, 1, 32), generator=g))
+            assert calls == []
+        with model.streaming(1):
+            model(torch.randn((1, 1, 32), generator=g))
+            assert len(calls) == 3 * 3  # each layer: input and output projections, feed-forward

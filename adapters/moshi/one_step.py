@@ -14,6 +14,7 @@ uses it for the projections.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from torch import Tensor
@@ -37,7 +38,11 @@ def per_step(modules: Any, schedule: list[int] | None, x: Tensor, offset: int) -
 
 def one_step_layers(*models: Any) -> int:
     """Give every streaming transformer layer with weights per step under ``models`` the
-    feed-forward that applies them with :func:`per_step`; the number of layers changed."""
+    feed-forward that applies them with :func:`per_step`; the number of layers changed.
+
+    As the clock, a layer keeps it only for the streaming state it was installed on (held
+    weakly): outside it (not streaming, or ``streaming()`` entered again, as the vendor's own
+    loop on the same model does) the vendor's feed-forward runs, so a peer stays the vendor's."""
     from moshi.modules.transformer import StreamingTransformerLayer
 
     changed = 0
@@ -45,6 +50,8 @@ def one_step_layers(*models: Any) -> int:
         for layer in model.modules():
             layered = isinstance(layer, StreamingTransformerLayer)
             if layered and layer.weights_per_step and layer.gating is not None:
+                state = layer._streaming_state
+                layer.one_step_state = (lambda: None) if state is None else weakref.ref(state)
                 replace_class(layer, "OneStep", _ff_block=_ff_block)
                 changed += 1
     return changed
@@ -54,7 +61,9 @@ def _ff_block(self: Any, x: Tensor) -> Tensor:
     """The vendor's gated feed-forward with weights per step (``_ff_block``), through
     :func:`per_step`."""
     state = self._streaming_state
-    offset = 0 if state is None else state.offset_cpu
-    update = per_step(self.gating, self.weights_per_step_schedule, self.norm2(x), offset)
+    if state is None or state is not self.one_step_state():
+        vendor: Tensor = self.vendor_class._ff_block(self, x)
+        return vendor
+    update = per_step(self.gating, self.weights_per_step_schedule, self.norm2(x), state.offset_cpu)
     out: Tensor = x.to(update) + self.layer_scale_2(update)
     return out
