@@ -149,7 +149,7 @@ class Binding:
     @staticmethod
     def region_keys(regions: Sequence[Tensor]) -> tuple[RegionKey, ...]:
         """Address and geometry of each write-through region: what must not drift."""
-        return tuple((t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype) for t in regions)
+        return tuple((t.data_ptr(), t.shape, t.stride(), t.dtype) for t in regions)
 
     def static_tensors(self) -> list[Tensor]:
         """Every tensor the graph reads or writes outside its pool."""

@@ -94,6 +94,23 @@ def test_reset_is_in_place() -> None:
     assert stream.frames == 3
 
 
+def test_a_rebound_state_tensor_is_gathered_again() -> None:
+    """``written`` hands back its last gathering until a state binds another tensor: one of the
+    same geometry is copied in place (the same tuple), any other one is gathered again, so the
+    replay's address check sees it move."""
+    stream, _ = make_stream(Arm.EAGER, seed=6)
+    run(stream, noise(2, seed=14))
+    before = stream.written()
+    assert stream.written() is before and len({id(t) for t in before}) == len(before)
+    state = stream.ops.lm.transformer._streaming_state
+    offsets = state.offsets
+    state.offsets = offsets + 0  # the vendor's way: a new tensor of the same geometry
+    assert state.offsets is offsets and stream.written() is before
+    state.offsets = torch.zeros((2,), dtype=offsets.dtype)
+    after = stream.written()
+    assert any(t is state.offsets for t in after) and not any(t is offsets for t in after)
+
+
 def test_a_new_conversation_resets_in_place_and_keeps_the_graphs() -> None:
     """The loaded model (warmed, sealed) under SR: after ``reset`` every streaming state and
     region is at the same address, no graph is captured or dropped (Mimi keeps replaying), and

@@ -1,7 +1,8 @@
 """One clock per transformer changes kernels, not bits: the vendor's streaming transformer with
 and without it, stepped past its rings' capacity (they wrap), across resets, one and two steps a
 call, on both ring paths (masked scatter; ``weights_per_step``'s index copy), with each rotary
-layout (which reads the shared counter in every layer) and none."""
+layout (which reads the shared counter in every layer) and none; weights per step applied to a
+one-step input without the vendor's one-tensor concatenation (adapters/moshi/one_step.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from adapters.moshi.clock import share_clocks
+from adapters.moshi.one_step import one_step_layers
 
 pytest.importorskip("moshi")
 
@@ -51,6 +53,7 @@ def test_a_shared_clock_equals_the_vendors_layers(case: str) -> None:
     steps = [1] * 4 if per_step else [2, 1, 1, 2, 1, 2, 1, 1, 2, 1, 1, 1, 2, 2, 1]
     with torch.no_grad(), vendor.streaming(1), ours.streaming(1):
         assert share_clocks(ours) == 2
+        assert one_step_layers(ours) == (3 if per_step else 0)  # their feed-forward too
         for _ in range(3 if per_step else 2):  # a reset between rounds
             for t in steps:
                 x = torch.randn((1, t, 32), generator=g)
@@ -117,3 +120,29 @@ def test_layers_that_differ_are_refused() -> None:
             share_clocks(model)
         untouched = type(model.layers[0].self_attn).__name__
         assert untouched == "StreamingMultiheadAttention"
+
+
+def test_one_step_layers_keep_to_their_streaming_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed, a one-step call concatenates nothing (projections and feed-forward run the
+    step's module on the input); in a fresh ``streaming()`` (the vendor's own loop on the same
+    model) every layer runs the vendor's ``apply_weights_per_step`` again."""
+    import moshi.modules.transformer as vendor_transformer
+
+    model = transformer(**CASES["index_copy-none"])
+    calls: list[int] = []
+    vendor_apply = vendor_transformer.apply_weights_per_step
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return vendor_apply(*args)
+
+    monkeypatch.setattr(vendor_transformer, "apply_weights_per_step", counted)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        with model.streaming(1):
+            assert share_clocks(model) == 2 and one_step_layers(model) == 3
+            model(torch.randn((1, 1, 32), generator=g))
+            assert calls == []
+        with model.streaming(1):
+            model(torch.randn((1, 1, 32), generator=g))
+            assert len(calls) == 3 * 3  # each layer: input and output projections, feed-forward

@@ -9,9 +9,13 @@ against this stream outside CI (see the commit that added this file)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from adapters.moshi.frame import vendor_graphs_off
 from adapters.personaplex.prompt import Voice
 from adapters.personaplex.voice import resolve_role
 from bench.personaplex_style import style_peer
@@ -82,3 +86,42 @@ def test_the_prompt_phase_is_its_own_call_kind_and_counted() -> None:
     assert calls("mimi_encode") == stream.prompt.voice.pcm.shape[-1] // stream.spf  # type: ignore[union-attr]
     assert ops["personaplex.prompt"]["misses"] == {"host_randomness": steps - 1}  # CPU: counted
     assert calls("lm_step") == 0  # no conversation frame yet
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten operators run inside it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_frame_computes_only_the_samples_it_keeps() -> None:
+    """The user's codebooks are given at every step: a steady frame samples the text and the
+    agent's codebooks (a softmax each) and only draws for the user's (an ``exponential_`` for
+    every codebook, as the vendor's sampling draws); a prompt step, all given, samples nothing
+    and draws all the same. The depformer's per-step feed-forward joins no one-tensor list
+    (the attention's projections do at one layer: the clock applies them at two or more)."""
+    stream, _ = make_stream(Arm.EAGER)
+    frames = noise(3, seed=5)
+    torch.manual_seed(0)
+    stream.reset()
+    stream.step(frames[0])
+    ops, q, dep_q = stream.ops, stream.audio_q, stream.dep_q
+    with torch.no_grad(), vendor_graphs_off(stream.device):
+        codes = ops.encode(frames[1])
+        with _Ops() as lm:
+            text, hidden = ops.lm_step(codes)
+        with _Ops() as frame:
+            ops.depformer_step(text, hidden)
+        with _Ops() as prompt:
+            ops.prompt_step(ops.initial[:, 1 : 1 + q], ops.initial[:, 1 + q :], ops.initial[0, 0])
+    assert lm.count["_softmax"] == 1 and lm.count["exponential_"] == 1  # the text
+    assert frame.count["_softmax"] == q and frame.count["exponential_"] == dep_q
+    assert frame.count["cat"] == 1 + 2 * q  # the frame's tokens; in/out projections a step
+    assert prompt.count["_softmax"] == 0 and prompt.count["exponential_"] == 1 + dep_q
+    assert len(ops.lm.depformer.layers) == 1

@@ -14,8 +14,9 @@ values, positions and so every output are the vendor's, bit for bit (integer ari
 values); only the number of kernels changes.
 
 The attention's step is the vendor's ``StreamingMultiheadAttention.forward`` (moshi 0.2.13) for
-a streaming self-attention, with the per-step derivations read from the clock; any other call
-(not streaming, cross-attention) runs the vendor's own.
+a streaming self-attention, with the per-step derivations read from the clock and weights per
+step applied without a copy (:func:`adapters.moshi.one_step.per_step`); any other call (not
+streaming, cross-attention) runs the vendor's own.
 
 Constraints (checked where cheap):
 
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from adapters.moshi.one_step import per_step
 from adapters.moshi.vendor import replace_class
 
 __all__ = ["share_clocks"]
@@ -109,15 +111,13 @@ def _check_alike(attention: Any, leader: Any) -> None:
 def _forward(self: Any, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     """The vendor's forward for a streaming self-attention, the step's derivations shared."""
     from einops import rearrange
-    from moshi.modules.transformer import apply_weights_per_step, expand_repeated_kv
+    from moshi.modules.transformer import expand_repeated_kv
 
     state = self._streaming_state
     if state is None or state is not self.clocked_state() or self.cross_attention:
         return self.vendor_class.forward(self, query, key, value)  # type: ignore[no-any-return]
     clock, T = self.clock, query.shape[1]
-    projected = apply_weights_per_step(
-        self.in_projs, self.weights_per_step_schedule, query, state.offset_cpu
-    )
+    projected = per_step(self.in_projs, self.weights_per_step_schedule, query, state.offset_cpu)
     if self.kv_repeat == 1:
         q, k, v = rearrange(projected, "b t (p h d) -> p b h t d", p=3, h=self.num_heads)
     else:
@@ -137,7 +137,7 @@ def _forward(self: Any, query: Tensor, key: Tensor, value: Tensor) -> Tensor:
         clock.mask = _mask(self, state.offset, pos_k, T)
     x = F.scaled_dot_product_attention(q, k, v, clock.mask, dropout_p=0.0)
     x = rearrange(x, "b h t d -> b t (h d)")
-    x = apply_weights_per_step(self.out_projs, self.weights_per_step_schedule, x, state.offset_cpu)
+    x = per_step(self.out_projs, self.weights_per_step_schedule, x, state.offset_cpu)
     if self.closes:  # the last layer advances the one counter, after every layer has read it
         state.offset[:] = torch.where(state.exec_mask, state.offset + T, state.offset)
     state.offset_cpu += T

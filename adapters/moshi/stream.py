@@ -46,6 +46,7 @@ from torch import Tensor
 
 from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
+from adapters.moshi.one_step import one_step_layers
 from adapters.moshi.vendor import replace_class
 from engine.arms import Arm, Granularity
 from engine.duplex import SpanFactory, untimed
@@ -100,6 +101,7 @@ class MoshiStream:
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
         self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
+        one_step_layers(lm_gen.lm_model)  # the depformer's per-step weights without a copy
         self.ops = ops(mimi, lm_gen, sdpa=sdpa)
         self.replay, self.device, self.name = replay, lm_gen.lm_model.device, name
         self.spf, self.dep_q, self.audio_q = samples_per_frame, self.ops.dep_q, self.ops.audio_q
@@ -108,6 +110,7 @@ class MoshiStream:
         self._states = _streaming_states(mimi, lm_gen)
         for state in self._states:
             _pin_tensors(state)
+        self._gathered: tuple[int, tuple[Tensor, ...]] | None = None  # written()'s last
         self.frames = 0  # frames since the last reset (a prompt phase's steps count)
         self._arm = arm
         self.replayed = self._register(dim, dtype)
@@ -244,16 +247,22 @@ class MoshiStream:
 
     def written(self) -> tuple[Tensor, ...]:
         """Every tensor the operators write in place: the streaming states (rings, offsets,
-        delay cache, convolution states) and the frame's regions. Gathered per call, so a state
-        tensor the vendor rebinds would show as drift, never as a silent stale address."""
-        out: list[Tensor] = []
+        delay cache, convolution states) and the frame's regions, each once (the layers on a
+        clock share their counters). Gathered again after any state rebinds a tensor (the
+        pinned states count it), so a rebound tensor shows as drift, never as a silent stale
+        address; otherwise the last gathering is handed back: the replay's address check,
+        which reads this before every replay, costs only the check itself."""
+        if self._gathered is None or self._gathered[0] != _REBINDS[0]:
+            self._gathered = (_REBINDS[0], self._gather())
+        return self._gathered[1]
+
+    def _gather(self) -> tuple[Tensor, ...]:
+        out: dict[int, Tensor] = {}
         for state in self._states:
             for value in vars(state).values():
-                if isinstance(value, Tensor):
-                    out.append(value)
-                elif hasattr(value, "cache") and hasattr(value, "end_offset"):
-                    out += [value.cache, value.end_offset]
-        return (*out, *self.ops.state_tensors(), *self.regions.all())
+                for t in _state_tensors(value):
+                    out[id(t)] = t
+        return (*out.values(), *self.ops.state_tensors(), *self.regions.all())
 
     def _register(self, dim: int, dtype: torch.dtype) -> dict[str, ReplayOp]:
         """The six replayed operators and their catalogs (one signature each; the frame two)."""
@@ -333,16 +342,21 @@ def _streaming_states(*modules: Any) -> list[Any]:
     return list(states.values())
 
 
+_REBINDS = [0]  # how many times a pinned state bound another tensor to an attribute
+_PLAIN = {int, float, bool, type(None)}
+
+
 def _pin_tensors(state: Any) -> None:
     """Make ``state`` write its tensors in place: rebinding a tensor attribute to a new tensor
-    of the same geometry copies into the old one instead.
+    of the same geometry copies into the old one instead; any other binding that adds, moves
+    or drops a tensor (or a ring) is counted in ``_REBINDS``.
 
     The vendor rebinds one state tensor per frame (Mimi's replicate-padded downsampling conv:
     ``state.first = torch.where(...)``). A graph captured over that call would read the old
     tensor forever while resets write the new one; pinned, the address never moves, so the
     write-through regions hold and a reset reaches what the graph reads. Values are unchanged.
     """
-    replace_class(state, "Pinned", __setattr__=_pinned_setattr)
+    replace_class(state, "Pinned", __setattr__=_pinned_setattr, __delattr__=_pinned_delattr)
 
 
 def _pinned_setattr(self: Any, name: str, value: Any) -> None:
@@ -355,5 +369,24 @@ def _pinned_setattr(self: Any, name: str, value: Any) -> None:
         and old is not value
     ):
         old.copy_(value)
-    else:
-        object.__setattr__(self, name, value)
+        return
+    plain = type(old) in _PLAIN and type(value) in _PLAIN  # the counters stepped every call
+    if not plain and old is not value and (_state_tensors(old) or _state_tensors(value)):
+        _REBINDS[0] += 1
+    object.__setattr__(self, name, value)
+
+
+def _pinned_delattr(self: Any, name: str) -> None:
+    if _state_tensors(self.__dict__.get(name)):
+        _REBINDS[0] += 1
+    object.__delattr__(self, name)
+
+
+def _state_tensors(value: Any) -> tuple[Tensor, ...]:
+    """The tensors a state attribute holds: itself, or a ring's cache and end offset (which
+    the vendor's ring writes in place, and the clock binds once, before a stream gathers)."""
+    if isinstance(value, Tensor):
+        return (value,)
+    if hasattr(value, "cache") and hasattr(value, "end_offset"):
+        return (value.cache, value.end_offset)
+    return ()

@@ -16,6 +16,11 @@ we write here on top of ``moshi`` 0.2.13 (the fork was read, nothing copied):
    steps whose agent audio, text and user audio are all given (a voice prompt, silence, the role
    text), or whose temporal input is a stored embedding (the released voices).
 
+What a sample that is forced away would cost is not spent (the same bits: only its draws count,
+and those are made): the user's codebooks are given at every step, so the depformer computes the
+agent's only and draws for the user's (:meth:`PersonaPlexOps._draw`); a prompt step's text and
+codebooks are all given, so it runs the temporal step (its ring) and only draws.
+
 Same rules as :class:`~adapters.moshi.frame.FrameOps`: no host branch and no host sync inside an
 operator (the offset lives on the device), so each can be captured as one CUDA graph; sampling
 draws from the device's default generator in the vendor's order (text, then each codebook).
@@ -42,6 +47,9 @@ class PersonaPlexOps(FrameOps):
         lm, device = self.lm, self.lm.device
         self.codebooks: int = lm.num_codebooks  # text + agent + user
         self.max_delay = max(lm.delays)
+        # the depformer steps computed: the agent's; the user's codebooks (after them) are
+        # given at every step (the microphone's, or a prompt's), so their samples never count
+        self.computed: int = min(self.audio_q, self.dep_q)
         width = self.max_delay + 3  # PersonaPlex's cache width (its stored voices hold one)
         self.delays = torch.tensor(lm.delays, device=device, dtype=torch.long)
         self.initial: Tensor = lm._get_initial_token()  # (1, K, 1)
@@ -72,8 +80,9 @@ class PersonaPlexOps(FrameOps):
         return self._temporal(None)
 
     def depformer_step(self, text: Tensor, hidden: Tensor) -> Tensor:
-        """The ``dep_q`` codebooks (given ones forced), the cache written where nothing was
-        given, the delayed frame out: ``(1, 1 + dep_q, 1)``; ``-2`` while none is ready."""
+        """The agent's codebooks sampled (given ones forced), the user's drawn for and not
+        computed, the cache written where nothing was given, the delayed frame out:
+        ``(1, 1 + dep_q, 1)``; ``-2`` while none is ready."""
         gen, lm = self.lm_gen, self.lm
         width = self.cache.shape[2]
         read = self._at((self.offset - 1) % width)
@@ -84,11 +93,14 @@ class PersonaPlexOps(FrameOps):
         for ring in self._dep_rings:
             ring.zero_()  # the vendor opens a zeroed ring every frame
         prev, sampled = text, []
-        for cb in range(self.dep_q):
+        for cb in range(self.computed):
             logits = lm.forward_depformer(cb, prev[:, None, None], hidden)
             token = self._sample(logits.float(), gen.use_sampling, gen.temp, gen.top_k)[:, 0, 0]
             prev = torch.where(given[:, cb], forced[:, cb], token)
             sampled.append(token)
+        for cb in range(self.computed, self.dep_q):  # the user's: given at every step
+            self._draw(gen.temp, gen.top_k, lm.linears[cb].out_features)
+            sampled.append(forced[:, cb])
         self.given.scatter_(2, read, torch.zeros_like(self._true))
         now = torch.cat([text.view(1, 1, 1), torch.stack(sampled, dim=1)[:, :, None]], dim=1)
         kept = self.given.gather(2, target)
@@ -110,12 +122,12 @@ class PersonaPlexOps(FrameOps):
         """One prompt step: user audio, agent audio and text all given; sampled all the same
         (the draws a conversation's generator continues from)."""
         self._give(codes=codes, agent=agent, text=text)
-        self.depformer_step(*self._temporal(None))
+        self._given_step(None)
 
     def embedding_step(self, embedding: Tensor, codes: Tensor, agent: Tensor, text: Tensor) -> None:
         """One step of a stored voice: the temporal input is ``embedding`` (1, 1, dim)."""
         self._give(codes=codes, agent=agent, text=text)
-        self.depformer_step(*self._temporal(embedding))
+        self._given_step(embedding)
 
     # -- the parts ----------------------------------------------------------------------------
 
@@ -163,3 +175,29 @@ class PersonaPlexOps(FrameOps):
         given = self.given[:, :1].gather(2, target)[:, 0, 0]
         forced = self.cache[:, :1].gather(2, target)[:, 0, 0]
         return torch.where(given, forced, sampled[:, 0, 0]), hidden
+
+    def _given_step(self, embedding: Tensor | None) -> None:
+        """A step whose text and codebooks are all given (a prompt step): the temporal step
+        for its ring; every sample it would take is forced away, so only the draws are made.
+        The cache keeps every given value, so only the read slot's marks and the offset move."""
+        gen, lm = self.lm_gen, self.lm
+        width = self.cache.shape[2]
+        with self._attention():
+            if embedding is None:  # the text logits too (the vendor's call), unused
+                lm.forward_text(self.cache.gather(2, self._at((self.offset - 1) % width)))
+            else:
+                lm.transformer(embedding)
+        self._draw(gen.temp_text, gen.top_k_text, lm.text_linear.out_features)
+        for cb in range(self.dep_q):
+            self._draw(gen.temp, gen.top_k, lm.linears[cb].out_features)
+        self.given.scatter_(2, self._at((self.offset - 1) % width), torch.zeros_like(self._true))
+        self.offset.add_(1)
+
+    def _draw(self, temp: float, top_k: int, card: int) -> None:
+        """The draws sampling ``card`` logits makes, for a sample that is forced away: the
+        vendor's ``sample_token`` (top-k, no top-p) draws one ``exponential_`` over its ``k``
+        float probabilities; greedy draws nothing. Same call, same shape: the generator
+        advances as the vendor's does, and nothing is computed for the thrown-away sample."""
+        if self.lm_gen.use_sampling and temp > 0.0:
+            k = min(top_k, card) if top_k > 0 else card
+            torch.empty((1, k), dtype=torch.float32, device=self.cache.device).exponential_(1)
