@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # torch-free at run time: the settings dialog lists and check
     from engine.replay import ReplayEngine
 
 __all__ = [
+    "DEFAULT_VOICE_DECLARATION",
     "EagerGuard",
     "Family",
     "FamilyAudit",
@@ -42,12 +44,24 @@ __all__ = [
     "Progress",
     "PublicCheckpoint",
     "SessionSource",
+    "declared_voice_frames",
     "has_speech_decoder",
     "session_source",
     "speech_decoder",
 ]
 
 Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
+
+DEFAULT_VOICE_DECLARATION = "minicpmo45_token2wav"  # whose default voice a random voice matches
+
+
+@cache
+def declared_voice_frames() -> int:
+    """The default voice's prompt length in mel frames: the declaration's ``f_prompt`` (read once,
+    torch-free)."""
+    from engine.declaration_io import load_declaration
+
+    return load_declaration(DEFAULT_VOICE_DECLARATION).values()["f_prompt"]
 
 
 class FamilyError(ValueError):
@@ -73,7 +87,8 @@ class ModelRequest:
     model_size: str = "small"  # "full" (the released sizes) or "small" (CPU real time)
     checkpoint: Path | None = None  # a checkpoint folder; None = seeded random weights
     voice: Path | None = None  # a voice prompt recording, where the family takes one
-    voice_frames: int = 302  # a seeded random voice's prompt length, where it applies
+    # A seeded random voice's prompt length, where it applies (default: the declaration's).
+    voice_frames: int = field(default_factory=declared_voice_frames)
     # A voice by name (a checkpoint folder's, e.g. PersonaPlex's NATF2) is carried in ``voice``
     # as a relative path that is not a file; the family resolves it.
     role: str | None = None  # a role prompt: a preset's name or free text, where it applies

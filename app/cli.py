@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family_keys
+from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family, family_keys
 from app.interrupts import Terminated
 from app.plan_report import render_plan
 from engine.contract import DeclarationError, DeclarationNotFound
@@ -109,14 +109,27 @@ def _parse_overrides(items: Sequence[str]) -> dict[str, int]:
     return overrides
 
 
+def _windows(key: str) -> tuple[int, int, float, float]:
+    """A Token2Wav family's window and stride (tokens), the stride's seconds and its output rate
+    (kHz), from its declaration: the help says what the declaration says."""
+    declaration = load_declaration(family(key).declaration)
+    values = declaration.values()
+    stride = values["stride_tokens"]
+    seconds = stride / declaration.clock_rate("token", values)
+    khz = declaration.clock_rate("sample", values) / 1000
+    return values["tokens_per_call"], stride, seconds, khz
+
+
 def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    window, stride, seconds, khz = _windows("synthetic")
+    lychee_window, lychee_stride, _, _ = _windows("lycheefd")
     parser = subparsers.add_parser(
         "synth",
         help="stream speech tokens through Token2Wav under an arm; write a WAV and a trace",
         description=(
-            "Headless Token2Wav: one 28-token window per second through the flow and the HiFT "
-            "vocoder under the chosen arm. Without --checkpoint the weights are seeded random "
-            "and the audio is not speech."
+            f"Headless Token2Wav: one {window}-token window every {seconds:g} s through the flow "
+            "and the HiFT vocoder under the chosen arm. Without --checkpoint the weights are "
+            "seeded random and the audio is not speech."
         ),
     )
     voice = parser.add_mutually_exclusive_group(required=True)
@@ -130,7 +143,7 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--seconds", type=int, default=10, help="seconds of audio (default 10)")
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
     parser.add_argument("--checkpoint", type=Path, help="a token2wav folder (flow.yaml, ...)")
-    parser.add_argument("--wav", type=Path, required=True, help="output audio (.wav, 24 kHz)")
+    parser.add_argument("--wav", type=Path, required=True, help=f"output audio (.wav, {khz:g} kHz)")
     parser.add_argument(
         "--force", action="store_true",
         help="replace existing output files (only once the run ends without failing)",
@@ -148,7 +161,8 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--family", default="synthetic", choices=("synthetic", "lycheefd"),
-        help="whose decoder: MiniCPM-o 4.5's (28/25 windows) or Lychee-FD's (13/10)",
+        help=f"whose decoder: MiniCPM-o 4.5's ({window}/{stride} windows) or Lychee-FD's "
+        f"({lychee_window}/{lychee_stride})",
     )  # fmt: skip
     parser.set_defaults(run=_run_synth)
 
@@ -223,7 +237,9 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         "--headless", action="store_true", help="no window (required: the window is `gui`)"
     )
     parser.add_argument("--input", type=Path, metavar="WAV", help="the user's side (any rate)")
-    parser.add_argument("--output", type=Path, metavar="WAV", help="the assistant (24 kHz)")
+    parser.add_argument(
+        "--output", type=Path, metavar="WAV", help="the assistant (at the model's output rate)"
+    )
     parser.add_argument(
         "--trace", type=Path, metavar="JSON",
         help="Perfetto trace (.json); the JSONL (per period) and CSV are written beside it",

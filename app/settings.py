@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from adapters.face import FamilyError, ModelRequest
+from adapters.face import FamilyError, ModelRequest, declared_voice_frames
 from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family, family_keys
 from engine.arms import Arm
 from engine.files import atomic_write
@@ -61,7 +61,7 @@ class Settings:
     # also a checkpoint voice's name (NATF2); None = the family's default voice.
     voice: Path | None = None
     role: str | None = None  # PersonaPlex's role: a preset's name or free text; None = default
-    voice_frames: int = 302
+    voice_frames: int = dataclasses.field(default_factory=declared_voice_frames)
     trust_checkpoint_code: bool = False  # the user agreed to run the checkpoint folder's code
     device: str = "auto"  # auto | cuda | cpu
     arm: Arm = Arm.SRC
@@ -176,7 +176,7 @@ def _check_values(s: Settings, where: str) -> None:
     if s.voice_frames < 6 or s.voice_frames % 2:
         raise SettingsError(
             f"{where}: voice_frames = {s.voice_frames}: give an even number of prompt mel "
-            "frames >= 6 (two per prompt token; the default voice has 302)"
+            f"frames >= 6 (two per prompt token; the default voice has {declared_voice_frames()})"
         )
     if not 0 <= s.seed <= MAX_SEED:
         raise SettingsError(f"{where}: seed = {s.seed:.3g}: give a non-negative integer up to 2^62")

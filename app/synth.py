@@ -25,7 +25,13 @@ from pathlib import Path
 
 import torch
 
-from adapters.face import FamilyError, ModelRequest, has_speech_decoder, speech_decoder
+from adapters.face import (
+    FamilyError,
+    ModelRequest,
+    declared_voice_frames,
+    has_speech_decoder,
+    speech_decoder,
+)
 from adapters.registry import family, family_keys
 from app.interrupts import interrupts_deferred
 from app.outputs import OutputsError, check_outputs, run_bytes
@@ -89,7 +95,7 @@ def check_request(req: SynthRequest) -> None:
     if req.voice_frames is not None and (req.voice_frames < 6 or req.voice_frames % 2):
         raise ValueError(
             f"--voice-frames {req.voice_frames}: give an even number of prompt mel frames "
-            ">= 6 (two per prompt token; the default voice has 302)"
+            f">= 6 (two per prompt token; the default voice has {declared_voice_frames()})"
         )
     if req.seconds < 1:
         raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")

@@ -45,27 +45,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
+from adapters.token2wav.prompt import prompt_limits, random_voice
 from adapters.token2wav.stream import FlowStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
 from engine.cadence import percentile
+from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
 
 MIB = 2**20
 
 
-def voice(prompt_tokens: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, 6561, (1, prompt_tokens), generator=g, dtype=torch.int32)
-    mel = torch.randn(1, 2 * prompt_tokens, 80, generator=g)
-    spk = torch.randn(1, 192, generator=g)
-    return tokens.cuda(), mel.cuda(), spk.cuda()
+def voice(
+    prompt_tokens: int, seed: int = 1, device: str = "cuda"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The family's seeded random voice of ``prompt_tokens`` tokens (its loader's draws, from
+    ``manual_seed(seed)``): tokens, mel, x-vector."""
+    limits = prompt_limits("minicpmo45")
+    prompt = random_voice(limits.frames_per_token * prompt_tokens, seed - 1, device)
+    return prompt.tokens, prompt.mel, prompt.spk
 
 
-def windows(count: int, seed: int = 2) -> list[torch.Tensor]:
+def windows(count: int, seed: int = 2, device: str = "cuda") -> list[torch.Tensor]:
+    """``count`` steady windows of seeded random tokens, as wide and from the vocabulary the
+    declaration states."""
+    values = load_declaration("minicpmo45_token2wav").values()
     g = torch.Generator().manual_seed(seed)
+    shape = (1, values["tokens_per_call"])
     return [
-        torch.randint(0, 6561, (1, 28), generator=g, dtype=torch.int32).cuda() for _ in range(count)
+        torch.randint(0, values["vocab"], shape, generator=g, dtype=torch.int32).to(device)
+        for _ in range(count)
     ]
 
 

@@ -3,7 +3,7 @@ vendor's own loop as the reference. CPU at the small size; the GPU tests pass ``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -13,6 +13,7 @@ from adapters.moshi.config import size_for
 from adapters.moshi.frame import vendor_graphs_off
 from adapters.moshi.stream import FrameOut, MoshiStream
 from engine.arms import Arm
+from engine.contract import Declaration
 from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
 
@@ -181,13 +182,19 @@ def digest(outs: Sequence[FrameOut]) -> str:
     return h.hexdigest()
 
 
-def main() -> None:
-    """One run in its own process: ``python -m tests.moshi_small --device cuda --size full
-    --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
+def digest_main(
+    make: Callable[..., tuple[MoshiStream, ReplayEngine]],
+    declaration: Declaration,
+    doc: str | None,
+    reset_at: Sequence[int] = (),
+) -> None:
+    """One run of ``make``'s stream in its own process (Moshi's and PersonaPlex's ``main``):
+    parses ``--device --size --frames --seed --arm --sdpa`` and prints ``{"digest": ...,
+    "frames": ..., "sdpa": ...}``."""
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--size", default="small")
     parser.add_argument("--frames", type=int, default=30)
@@ -196,13 +203,20 @@ def main() -> None:
     parser.add_argument("--sdpa", default=None, help="default: the declared kernel on CUDA")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    declared = DECLARATION.operators["lm_step"].kernels.get("sdpa", "default")
+    declared = declaration.operators["lm_step"].kernels.get("sdpa", "default")
     sdpa = args.sdpa or (declared if args.device.startswith("cuda") else "default")
-    stream, _ = make_stream(
+    stream, _ = make(
         Arm.parse(args.arm), seed=args.seed, size=args.size, device=args.device, sdpa=sdpa
     )
-    outs = run(stream, noise(args.frames, seed=args.seed + 100, device=args.device), seed=args.seed)
+    frames = noise(args.frames, seed=args.seed + 100, device=args.device)
+    outs = run(stream, frames, seed=args.seed, reset_at=reset_at)
     print(json.dumps({"digest": digest(outs), "frames": len(outs), "sdpa": sdpa}))
+
+
+def main() -> None:
+    """One run in its own process: ``python -m tests.moshi_small --device cuda --size full
+    --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
+    digest_main(make_stream, DECLARATION, main.__doc__)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from adapters.personaplex.voice import resolve_role
 from engine.arms import Arm
 from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
-from tests.moshi_small import digest, noise, run
+from tests.moshi_small import digest_main
 
 DECLARATION = load_declaration("personaplex")
 SPF = DECLARATION.values()["samples_per_frame"]
@@ -79,25 +79,7 @@ def make_stream(
 def main() -> None:
     """One run in its own process: ``python -m tests.personaplex_small --device cuda --size full
     --frames 500 --seed 0 --arm SRc`` prints ``{"digest": ..., "frames": ...}``."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--frames", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--arm", default="SRc")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    declared = DECLARATION.operators["lm_step"].kernels.get("sdpa", "default")
-    sdpa = declared if args.device.startswith("cuda") else "default"
-    stream, _ = make_stream(
-        Arm.parse(args.arm), seed=args.seed, size=args.size, device=args.device, sdpa=sdpa
-    )
-    frames = noise(args.frames, seed=args.seed + 100, device=args.device)
-    outs = run(stream, frames, seed=args.seed, reset_at=(0,))
-    print(json.dumps({"digest": digest(outs), "frames": len(outs), "sdpa": sdpa}))
+    digest_main(make_stream, DECLARATION, main.__doc__, reset_at=(0,))
 
 
 if __name__ == "__main__":

@@ -109,6 +109,12 @@ class FrameOps:
             if type(m).__name__ == "StreamingMultiheadAttention"
         ]
 
+    def _open_depformer(self) -> None:
+        """The depformer as the vendor opens it every frame: streaming reset, zeroed rings."""
+        self.lm.depformer.reset_streaming()
+        for ring in self._dep_rings:
+            ring.zero_()
+
     @property
     def _state(self) -> Any:
         state = self.lm_gen._streaming_state
@@ -149,9 +155,7 @@ class FrameOps:
     def depformer_step(self, text: Tensor, hidden: Tensor) -> Tensor:
         """The codebooks sampled after ``text``, then the delayed frame: ``(1, 1 + dep_q, 1)``."""
         gen, lm, state = self.lm_gen, self.lm, self._state
-        lm.depformer.reset_streaming()
-        for ring in self._dep_rings:
-            ring.zero_()  # the vendor opens a zeroed ring every frame
+        self._open_depformer()
         prev, tokens = text, []
         for cb in range(self.dep_q):
             logits = lm.forward_depformer(cb, prev[:, None, None], hidden)

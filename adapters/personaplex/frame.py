@@ -89,9 +89,7 @@ class PersonaPlexOps(FrameOps):
         target = self._at(self.offset % width)
         forced = self.cache.gather(2, target)[:, 1:, 0]
         given = self.given.gather(2, target)[:, 1:, 0]
-        lm.depformer.reset_streaming()
-        for ring in self._dep_rings:
-            ring.zero_()  # the vendor opens a zeroed ring every frame
+        self._open_depformer()
         prev, sampled = text, []
         for cb in range(self.computed):
             logits = lm.forward_depformer(cb, prev[:, None, None], hidden)

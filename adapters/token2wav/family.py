@@ -116,12 +116,14 @@ class Token2WavFamily:
         from engine.declaration_io import load_declaration
         from engine.plan import make_plan
 
-        plan = make_plan(load_declaration(self.declaration), {"f_prompt": frames})
+        declaration = load_declaration(self.declaration)
+        plan = make_plan(declaration, {"f_prompt": frames})
         for region in plan.over_envelope():
             raise FamilyError(
                 f"voice_frames = {frames}: region {region.name} would need "
                 f"{region.demand_shape}, over its stock envelope {region.envelope_shape}; "
-                "give a shorter voice (the default has 302 frames)",
+                f"give a shorter voice (the default has {declaration.values()['f_prompt']} "
+                "frames)",
                 "voice_frames",
             )
 
