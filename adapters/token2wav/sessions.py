@@ -194,7 +194,9 @@ class Token2WavSessions:
     def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None) -> LoadedModel:
         """A session: its decoder (:meth:`open_speech`) under the synthetic backbone."""
         speech, warmup = self.open_speech(seed, arm, eager_guard)
-        return self.face.loaded(speech, replace(self.request, seed=seed, arm=arm), warmup, None)
+        # It keeps no stock state: the arms it may switch to are the state rule's.
+        request = replace(self.request, seed=seed, arm=arm, envelope=False)
+        return self.face.loaded(speech, request, warmup, None)
 
 
 def check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:
