@@ -3,7 +3,7 @@
     python3 bench/capacity.py OUT --family synthetic --levels 16 32 48 64 --lanes 4
     python3 bench/capacity.py OUT --family moshi --levels 4 6 8 10 12 --lanes 4
     python3 bench/capacity.py OUT --family moshi --baseline --levels 2 4   # a process each
-    python3 bench/capacity.py OUT --merge        # OUT/capacity_*.json -> OUT/capacity_h200.json
+    python3 bench/capacity.py OUT --merge PARTS  # PARTS/capacity_*.json -> OUT/capacity_h200.json
     python3 bench/capacity.py OUT --family synthetic --tiny   # small, CPU: proves the script
 
 Multiplexed (``engine.multiplex``): the family's weights loaded once, sessions admitted one by
@@ -20,10 +20,17 @@ as a digest) equal the same session's run alone (reset, re-seeded, its periods o
 other with no other session running), and for ``--eager-check`` sessions the same session alone
 in eager, over the first ``--eager-periods`` periods.
 
+Memory: each admission's device bytes (``mem_get_info``) and allocated bytes, with its lane and,
+for Token2Wav, its voice and whether the voice was new (a new voice also makes the voice's
+prompt-only state, shared by its later sessions); the summary's per-session means leave out
+each lane's first session (it also opens the lane's pool and stream caches), split by known and
+new voice; every level records each lane's graph pool (reserved and allocated, ``lane_pools``).
+
 Workloads. Token2Wav (``synthetic``, MiniCPM-o 4.5's decoder): every session speaks every
-period, as a speaking MiniCPM-o unit does: a turn's first period 28 tokens, then 25 a period,
-a barge-in turn end every ``--turn`` periods (the lookahead alone, then a reset), cut into calls
-by the declaration's windower; tokens seeded per session and period. Moshi: the period model
+period (with one of ``--voices`` voices, 0: a voice each), as a speaking MiniCPM-o unit does: a
+turn's first period 28 tokens, then 25 a period, a barge-in turn end every ``--turn`` periods
+(the lookahead alone, then a reset), cut into calls by the declaration's windower; tokens seeded
+per session and period. Moshi: the period model
 (``MoshiPeriods``) on seeded noise per session, sampling on; odd sessions reset mid-level.
 
 Baseline (``--baseline``): one process per session (each loads the weights and opens one
@@ -100,20 +107,29 @@ class Token2WavSession:
 class Token2WavLoad:
     key = "synthetic"
 
-    def __init__(self, request: ModelRequest, turn: int) -> None:
+    def __init__(self, request: ModelRequest, turn: int, voices: int) -> None:
         self.source = SYNTHETIC.load_sessions(request, _quiet)
         self.period_s, self.turn, self.device = self.source.period_s, turn, request.device
+        self.voices = voices  # 0: every session its own voice
 
     def state_bytes(self, arm: Arm) -> int:
         return int(self.source.state_bytes(arm))
 
-    def open(self, seed: int, arm: Arm, rng: SessionRng | None) -> tuple[Any, Any]:
+    def voice(self, seed: int) -> int:
+        """The seed of the voice session ``seed`` speaks with (sessions are 1000, 1001, ...)."""
+        return seed if self.voices == 0 else 1000 + (seed - 1000) % self.voices
+
+    def open(self, seed: int, arm: Arm, rng: SessionRng | None) -> tuple[Any, Any, dict[str, Any]]:
         guard = rng.eager if rng is not None else None
+        voice = self.voice(seed)
         if arm.replay:
-            speech, _ = self.source.open_speech(seed, arm, guard)
+            held = self.source.voices_held()
+            speech, warmup = self.source.open_speech(seed, arm, guard, voice=voice)
+            info = {"voice": voice, "new_voice": self.source.voices_held() > held, **warmup}
         else:  # alone in eager: no warm-up, the stream from its start
-            speech = self.source.speech(self.source.voice(seed), arm, guard)
-        return Token2WavSession(speech), None
+            speech = self.source.speech(self.source.voice(voice), arm, guard)
+            info = {"voice": voice}
+        return Token2WavSession(speech), None, info
 
     def payloads(self, seed: int, periods: int) -> list[Any]:
         out = []
@@ -144,7 +160,7 @@ class MoshiSession:
 class MoshiLoad:
     key = "moshi"
 
-    def __init__(self, request: ModelRequest, turn: int) -> None:
+    def __init__(self, request: ModelRequest, turn: int, voices: int) -> None:
         self.source = MOSHI.load_sessions(request, _quiet)
         self.period_s = self.source.period_s
         self.spf = round(self.period_s * self.source.input_rate)
@@ -152,10 +168,10 @@ class MoshiLoad:
     def state_bytes(self, arm: Arm) -> int:
         return int(self.source.state_bytes(arm))
 
-    def open(self, seed: int, arm: Arm, rng: SessionRng | None) -> tuple[Any, Any]:
+    def open(self, seed: int, arm: Arm, rng: SessionRng | None) -> tuple[Any, Any, dict[str, Any]]:
         guard = rng.eager if rng is not None else None
         loaded = self.source.open(seed, arm, guard, only_own_arm=True)
-        return MoshiSession(loaded), loaded.close
+        return MoshiSession(loaded), loaded.close, dict(loaded.warmup or {})
 
     def payloads(self, seed: int, periods: int) -> list[Any]:
         g = np.random.default_rng(seed + 100)
@@ -253,19 +269,25 @@ def multiplexed(
             holder: dict[str, Any] = {}
 
             def opener(rng: SessionRng, seed: int = seed, holder: dict[str, Any] = holder) -> Any:
-                session, close = load.open(seed, arm, rng)
-                holder["session"] = session
+                session, close, info = load.open(seed, arm, rng)
+                holder["session"], holder["info"] = session, info
                 return session.step, close
 
             sid = mux.admit(opener, seed=seed, period_s=period, state_bytes=0)
             used1, alloc1 = _memory(device)
             sessions[sid] = (seed, holder["session"])
+            info = holder["info"]
             admissions.append(
                 {
                     "session": sid,
+                    "lane": mux.lane_of(sid),
                     "open_s": round(time.perf_counter() - t0, 3),
                     "device_mib": round((used1 - used0) / MIB, 1),
                     "allocated_mib": round((alloc1 - alloc0) / MIB, 1),
+                    **{k: info[k] for k in ("voice", "new_voice") if k in info},
+                    "warmup_s": info.get("seconds"),
+                    "captures": info.get("captures"),
+                    "capture_mib": round(info.get("capture_bytes", 0) / MIB, 1),
                 }
             )
         for sid, (_, session) in sessions.items():  # every conversation starts again
@@ -283,7 +305,13 @@ def multiplexed(
         stats = _stats(done, period)
         used, _ = _memory(device)
         levels.append(
-            {"sessions": n, **stats, "device_used_mib": round(used / MIB), "lanes": mux.lanes}
+            {
+                "sessions": n,
+                **stats,
+                "device_used_mib": round(used / MIB),
+                "lanes": mux.lanes,
+                "lane_pools": _pools(mux),
+            }
         )
         print(json.dumps(levels[-1]), flush=True)
         ordered = sorted(done, key=lambda d: d.index)
@@ -298,6 +326,34 @@ def multiplexed(
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
 
 
+def _pools(mux: Multiplexer) -> list[dict[str, Any]]:
+    """Each lane's graph pool (reserved and allocated MiB) and its sessions."""
+    if not mux.cuda:
+        return []
+    counts = [0] * mux.lanes
+    for sid in mux.sessions:
+        counts[mux.lane_of(sid)] += 1
+    out = []
+    for lane, n in zip(mux.graph_lanes, counts, strict=True):
+        pool = lane.pool_bytes()
+        out.append(
+            {
+                "lane": lane.index,
+                "sessions": n,
+                "pool_reserved_mib": round(pool["reserved"] / MIB, 1),
+                "pool_allocated_mib": round(pool["allocated"] / MIB, 1),
+            }
+        )
+    return out
+
+
+def _mean_mib(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    if not rows:
+        return None
+    per = [a["device_mib"] for a in rows]
+    return {"sessions": len(per), "mean": round(float(np.mean(per)), 1), "max": max(per)}
+
+
 def _summary(
     arm: Arm,
     lanes: int,
@@ -307,13 +363,22 @@ def _summary(
     levels: list[dict[str, Any]],
     exact: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    per = [a["device_mib"] for a in admissions[1:]] or [a["device_mib"] for a in admissions]
+    # The first session on each lane also opens the lane's pool and stream caches; a session
+    # whose voice is new also makes the voice's prompt-only state (shared by later ones).
+    first = {}
+    for a in admissions:
+        first.setdefault(a.get("lane"), a["session"])
+    extra = [a for a in admissions if a["session"] not in first.values()]
     return {
         "arm": str(arm),
         "lanes": lanes,
         "period_ms": round(period * 1e3, 2),
         "declared_state_mib": round(load.state_bytes(arm) / MIB, 1),
-        "per_session_device_mib": {"mean": round(float(np.mean(per)), 1), "max": max(per)},
+        "per_session_device_mib": _mean_mib(extra) or _mean_mib(admissions),
+        "per_session_device_mib_known_voice": _mean_mib(
+            [a for a in extra if a.get("new_voice") is False]
+        ),
+        "per_session_device_mib_new_voice": _mean_mib([a for a in extra if a.get("new_voice")]),
         "admissions": admissions,
         "levels": levels,
         "max_held": max((lv["sessions"] for lv in levels if lv.get("held")), default=0),
@@ -353,7 +418,7 @@ def check_exact(
         periods = min(args.eager_periods, len(payloads))
         rng = SessionRng(device, seed)
         with mux.rng_lock, rng.active():
-            session, close = load.open(seed, Arm.EAGER, None)
+            session, close, _ = load.open(seed, Arm.EAGER, None)
             torch.manual_seed(seed)
             mine = [session.step(p) for p in payloads[:periods]]
         if close is not None:
@@ -381,7 +446,7 @@ def child(args: argparse.Namespace, load: Any, device: torch.device) -> None:
     arm = Arm.parse(args.arm)
     rng = SessionRng(device, args.seed)
     with rng.active():
-        session, _ = load.open(args.seed, arm, rng)
+        session, _, _ = load.open(args.seed, arm, rng)
     payloads = load.payloads(args.seed, args.periods)
     used, _ = _memory(device)
     Path(args.child, "ready").with_suffix(f".{args.seed}").write_text("1")
@@ -405,7 +470,7 @@ def child(args: argparse.Namespace, load: Any, device: torch.device) -> None:
     Path(args.child, f"result.{args.seed}.json").write_text(json.dumps(out))
 
 
-def baseline(args: argparse.Namespace, load_key: str) -> dict[str, Any]:
+def baseline(args: argparse.Namespace, load_key: str, save: Save) -> dict[str, Any]:
     import tempfile
 
     levels = []
@@ -446,6 +511,7 @@ def baseline(args: argparse.Namespace, load_key: str) -> dict[str, Any]:
             }
         levels.append(row)
         print(json.dumps(row), flush=True)
+        save({"arm": args.arm, "levels": levels})
         if not row.get("held"):
             break
     return {"arm": args.arm, "levels": levels}
@@ -459,11 +525,13 @@ def _write(out: Path, name: str, result: dict[str, Any]) -> None:
     (out / name).write_text(json.dumps(result, indent=2) + "\n")
 
 
-def merge(out: Path) -> None:
+def merge(out: Path, parts_dir: Path) -> None:
+    """``parts_dir``'s capacity_*.json (one per family and baseline) into OUT's one file."""
     parts = {}
-    for f in sorted(out.glob("capacity_*.json")):
+    for f in sorted(parts_dir.glob("capacity_*.json")):
         if f.name != "capacity_h200.json":
             parts[f.stem.removeprefix("capacity_")] = json.loads(f.read_text())
+    out.mkdir(parents=True, exist_ok=True)
     (out / "capacity_h200.json").write_text(json.dumps(parts, indent=2) + "\n")
     print(f"wrote {out / 'capacity_h200.json'}: {', '.join(parts)}")
 
@@ -482,14 +550,15 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=400.0, help="no new level after it")
     parser.add_argument("--keep-going", action="store_true", help="past a level not held")
     parser.add_argument("--baseline", action="store_true", help="one process per session")
-    parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--merge", metavar="PARTS", type=Path, help="merge PARTS/*.json into OUT")
+    parser.add_argument("--voices", type=int, default=0, help="Token2Wav: voices (0: one each)")
     parser.add_argument("--tiny", action="store_true", help="the small config on the CPU")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--phase", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.merge:
-        merge(args.out)
+        merge(args.out, args.merge)
         return
     if args.family is None:
         parser.error("--family is required (synthetic or moshi), or --merge")
@@ -504,11 +573,12 @@ def main() -> None:
         n_steps=2 if args.tiny else None,
     )
     if args.baseline and args.child is None:
-        result = {"environment": environment(" ".join(sys.argv)), **baseline(args, args.family)}
         name = f"capacity_{args.family}_baseline.json"
+        env = {"environment": environment(" ".join(sys.argv))}
+        result = env | baseline(args, args.family, lambda r: _write(args.out, name, env | r))
     else:
         t0 = time.perf_counter()
-        load = LOADS[args.family](request, args.turn)
+        load = LOADS[args.family](request, args.turn, args.voices)
         if args.child is not None:
             child(args, load, device)
             return

@@ -95,18 +95,26 @@ if [[ "$what" == minicpmo45 ]]; then
 fi
 if [[ "$what" == capacity ]]; then
     # Each part under its own limit, so a slow one never eats the next; results are written
-    # after every level. Sessions: Token2Wav 16/32/48 on 8 lanes, Moshi 4..12 on 4 lanes.
-    timeout 255 python3 bench/capacity.py "$out" --family synthetic --levels 16 32 48 \
-        --lanes 8 --periods 8 --budget-s 200 2>&1 | tee "$out/capacity_synthetic.log" | grep -v '^rejection'
+    # after every level into a scratch folder and merged into OUT/capacity_h200.json, so OUT
+    # gets four files: env.json, capacity_h200.json, capacity.log, multiplex_gpu_tests.log.
+    # Sessions: Token2Wav 16/32/48 on 8 lanes (4 voices), Moshi 4..12 on 4 lanes, then the
+    # one-process-per-session baseline (Moshi, 2 and 4 processes), then the multiplexer's
+    # Token2Wav and lane GPU tests (per-session memory against the declared state).
+    parts=/tmp/capacity-parts
+    mkdir -p "$parts"
+    log="$out/capacity.log"
+    timeout 265 python3 bench/capacity.py "$parts" --family synthetic --levels 16 32 48 \
+        --lanes 8 --voices 4 --periods 8 --budget-s 220 2>&1 | grep -v '^rejection' >> "$log" \
+        || status=1
+    timeout 95 python3 bench/capacity.py "$parts" --family moshi --levels 4 6 8 10 12 \
+        --lanes 4 --periods 60 --budget-s 55 2>&1 | grep -v '^rejection' >> "$log" || status=1
+    timeout 65 python3 bench/capacity.py "$parts" --family moshi --baseline --levels 2 4 \
+        --periods 60 2>&1 | grep -v '^rejection' >> "$log" || status=1
+    python3 bench/capacity.py "$out" --merge "$parts" >> "$log" 2>&1
+    timeout 70 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
+        -k "lane or memory" 2>&1 | grep -v '^rejection' > "$out/multiplex_gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
-    timeout 110 python3 bench/capacity.py "$out" --family moshi --levels 4 6 8 10 12 \
-        --lanes 4 --periods 60 --budget-s 60 2>&1 | tee "$out/capacity_moshi.log" | grep -v '^rejection'
-    ((PIPESTATUS[0] == 0)) || status=1
-    python3 bench/capacity.py "$out" --merge
-    DUPLEXCADENCE_MULTIPLEX_FRAMES=30 timeout 150 python3 -m pytest -m gpu -p no:cacheprovider -q \
-        tests/gpu/test_multiplex_gpu.py --junitxml="$out/multiplex_gpu_tests.xml" 2>&1 \
-        | grep -v '^rejection' | tee "$out/multiplex_gpu_tests.log" | tail -15
-    ((PIPESTATUS[0] == 0)) || status=1
+    tail -n 40 "$log"; tail -n 8 "$out/multiplex_gpu_tests.log"
 fi
 if [[ "$what" == personaplex ]]; then
     python3 bench/personaplex.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 \

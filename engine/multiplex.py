@@ -12,18 +12,43 @@ share one accelerator").
 **What is shared and what is not.** The family's weights (and their device-resident constants)
 are loaded once; every session brings its own state: carry, rings, regions, sized by the
 declaration, and its own replay bindings over that state (graphs captured at its state's
-addresses, in its own memory pool). The paper's other way, one set of bindings with each
-session's state copied in and out around its period, was rejected by arithmetic and by
-concurrency: a 7B Moshi session's temporal rings are 1.5 GiB (moshi.yaml), so copying them in
-and out costs ~1 ms of an H200's bandwidth every 80-ms frame per session, and — the deciding
-point — one binding can serve only one session at a time, while the targets (48 Token2Wav, 6-10
-Moshi sessions) need more than one session's kernels on the device at once: a Moshi frame takes
-~16 ms of launch-bound kernels, so a single binding time-multiplexed caps Moshi at five sessions
-per 80 ms. Per-session bindings let ``lanes`` sessions replay concurrently on their own CUDA
-streams; what a session costs beyond its declared state (its graphs' workspace) is measured by
-``bench/capacity.py`` and written down beside the count (``docs/scaling.md``). Per-session
-bindings also carry a session's own voice: Token2Wav's prompt length is part of every signature,
-so sessions with different voices could not share one catalog anyway.
+addresses). The sessions of one lane share that lane's graph resources
+(:mod:`engine.graph_lane`): the side stream warm-up and capture run on, the graph memory pool
+captures record into, and the staging buffers of non-aliased inputs. A lane runs one period at
+a time, in order, on one CUDA stream, so its graphs never replay concurrently; the engine's rule
+"static outputs are valid until the next replay of any operator" widens to "... of any session
+on the lane", and holds because a lane's engines deliver copies only: every output is copied
+out on the lane's stream right after its replay, inside the period, before the lane runs
+anything else (``ReplayEngine.register`` refuses ``copy_out=False`` on a lane; Token2Wav's,
+Moshi's and PersonaPlex's operators all copy out, and under the state rule Moshi's frame lives
+in the session's own regions). Closing a session frees its state and graphs; the lane's pool
+lives while any graph captured into it lives, and keeps its free blocks for the next session.
+
+Why per-session bindings on shared lane resources, and not the paper's other way (one set of
+bindings per lane, each session's state copied in and out around its period), by arithmetic
+(full sizes, H200; ``docs/scaling.md`` has the measured table):
+
+- *Token2Wav* (593 MiB declared: the carry at A = 458 frames is 572.5 MiB). The first H200 run
+  measured 2,682 MiB a session (2,376 allocated). Allocated: the carry 572.5, its reset base
+  (the prompt-only state, n_steps x P = 302 frames) 377.5, a stock state no state-rule session
+  reads (its prompt state and live state, 16 slots x P: 2 x 604), conformer caches ~36, the
+  graphs' staged inputs and static outputs ~160; reserved beyond that ~300: each session's own
+  capture stream's cached warm-up blocks and its own pool's workspace. Now a session keeps no
+  stock state, a voice's prompt-only state is made once and shared by its sessions, and the
+  stream, pool and staging are the lane's: a further session of a known voice holds its carry,
+  conv region and conformer state (~593) plus its graphs' static outputs (~17 MiB of conformer
+  cache per flow class, ~5 classes): ~680 MiB expected. One binding per lane would save those
+  ~90 MiB, and the copies are cheap (2 x 572.5 MiB per 1-s period, ~0.4 ms), but a binding
+  bakes in one voice (its prompt length is in every signature, its x-vector is read by the
+  replayed operators) and one generator state (the vocoder draws in every graph), so each
+  period would also have to transplant the session's Philox seed and offset around the replay.
+- *Moshi* (1,500 MiB declared rings). Measured 1,740 a session, 1,564 allocated: 64 beyond the
+  rings, the rest its own pool and stream caches, now the lane's. One binding per lane would
+  copy 2 x 1.5 GiB of rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a
+  20-ms period; 10 sessions: 10 ms of every 80 ms) to save those 64 MiB.
+- *Concurrency.* A single binding serves one session at a time; per-session bindings let
+  ``lanes`` sessions replay at once on their own streams (a 7B Moshi frame is ~16 ms of
+  launch-bound kernels, so one binding time-shared caps Moshi at five sessions per 80 ms).
 
 **Randomness.** Each session draws from its own generator state (:class:`SessionRng`), seeded by
 the session alone, so its draws are those of the same session run alone. On CUDA it is a
@@ -52,6 +77,7 @@ the multiplexer's own threads. Nothing here knows a model family.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import threading
@@ -64,6 +90,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from engine.graph_lane import GraphLane, on_lane
 
 __all__ = [
     "AdmissionRefused",
@@ -232,6 +260,8 @@ class Multiplexer:
         self._stop = False
         self._lane_error: BaseException | None = None  # a lane that died outside a period
         self._workers: list[threading.Thread] = []
+        # Each lane's capture stream and graph pool, shared by its sessions' replay engines.
+        self.graph_lanes = [GraphLane(self.device, i) for i in range(self.lanes)]
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -263,13 +293,13 @@ class Multiplexer:
         self._check_admission(period_s, state_bytes, cost_s)
         lock = self.rng_lock if self.lanes > 1 else None
         rng = SessionRng(self.device, seed, lock)
-        with self._exclusive(), rng.active():
-            step, close = opener(rng)
-        sid = next(self._ids)
         load = [0] * self.lanes
         for other in self._sessions.values():
             load[other.lane] += 1
         lane = load.index(min(load))  # the lane with the fewest sessions
+        with self._exclusive(), rng.active(), on_lane(self.graph_lanes[lane]):
+            step, close = opener(rng)
+        sid = next(self._ids)
         self._sessions[sid] = _Session(
             sid, step, rng, period_s, state_bytes, close, eager_periods, lane
         )
@@ -288,11 +318,16 @@ class Multiplexer:
             session.close()
         del session
         if self.cuda:
+            gc.collect()  # a replay engine and its operators refer to each other: a cycle
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
 
     def rng(self, sid: int) -> SessionRng:
         return self._sessions[sid].rng
+
+    def lane_of(self, sid: int) -> int:
+        """The lane (CUDA stream, graph pool) ``sid`` runs on."""
+        return self._sessions[sid].lane
 
     # -- periods -------------------------------------------------------------------------------
 

@@ -35,6 +35,10 @@ Constraints on a replayed callable (``fn``):
   engine from inside it, or never.
 - With ``copy_out=False`` the caller gets the graph's static outputs, valid until the next
   replay of ANY operator of the engine (graphs share one memory pool): consume immediately.
+  An engine on a multiplexer lane (``lane``, :mod:`engine.graph_lane`) shares its side stream,
+  pool and staging buffers with the other sessions' engines on the lane, so the rule would reach
+  every session on it: such an engine delivers copies only (``register`` refuses
+  ``copy_out=False``).
 
 Miss reasons: ``disabled`` (kill switch ``DUPLEXCADENCE_NO_REPLAY=1`` or ``enabled=False``),
 ``unkeyable``, ``not_in_catalog``, ``foreign_device``, ``warmup``, ``sealed``, ``drift``,
@@ -59,6 +63,7 @@ import torch
 from torch import Tensor
 
 from engine.capture import capture_graph, probe_effects
+from engine.graph_lane import GraphLane, current_lane
 from engine.replay_parts import (
     Binding,
     CaptureFailed,
@@ -141,6 +146,10 @@ class ReplayEngine:
         eager_guard: what every call that reads the default generator outside a replay (an
             eager call, a warm-up, a capture) runs under; a multiplexed session's generator
             state and lock (``engine.multiplex.SessionRng.eager``). None: nothing.
+        lane: the multiplexer lane whose side stream and graph pool this engine shares
+            (:mod:`engine.graph_lane`); by default the one the session is being opened on
+            (``on_lane``), else none: the engine's own stream and pool. Without CUDA only its
+            staging buffers are shared.
     """
 
     def __init__(
@@ -154,6 +163,7 @@ class ReplayEngine:
         max_recaptures: int = 3,
         max_events: int = 10_000,
         eager_guard: Callable[[], AbstractContextManager[None]] | None = None,
+        lane: GraphLane | None = None,
     ) -> None:
         if warmup_calls < 1:
             raise ValueError(
@@ -176,7 +186,11 @@ class ReplayEngine:
         self._sealed = False
         self._broken: str | None = None
         # Warm-up and capture share one side stream: cuBLAS workspaces are per stream.
-        self._stream = torch.cuda.Stream(device=self.device) if self.cuda else None  # type: ignore[no-untyped-call]
+        self.lane = lane or current_lane()
+        if self.lane is not None and self.cuda:
+            self._stream: torch.cuda.Stream | None = self.lane.stream
+        else:
+            self._stream = torch.cuda.Stream(device=self.device) if self.cuda else None  # type: ignore[no-untyped-call]
         self._pool_handle: Any = None
 
     # -- public API -------------------------------------------------------------------------
@@ -215,6 +229,12 @@ class ReplayEngine:
             )
         if name in self._ops:
             raise ValueError(f"register({name!r}): name taken; give each operator its own name")
+        if not copy_out and self.lane is not None:
+            raise ValueError(
+                f"register({name!r}): copy_out=False on a multiplexer lane, whose graphs share "
+                "one pool with the other sessions' (a static output is valid only until the "
+                "lane's next replay): register it with copy_out=True"
+            )
         op = ReplayOp(
             self,
             name,
@@ -373,7 +393,9 @@ class ReplayEngine:
         t0 = time.perf_counter()
         capture_bytes = 0
         try:
-            binding = Binding.stage(args, kw, leaves, cls.aliased, op.regions())
+            lane, key = self.lane, (op.name, cls.sig)
+            shared = None if lane is None else (lambda j, t: lane.staging((*key, j), t))
+            binding = Binding.stage(args, kw, leaves, cls.aliased, op.regions(), shared)
             if self._stream is not None:
                 with self._guard():
                     capture_bytes = capture_graph(
@@ -402,12 +424,17 @@ class ReplayEngine:
         capture). So when no captured graph is alive — at start, after invalidations dropped the
         last one, after a failed capture — the next capture opens a fresh pool.
         """
-        live = any(
-            c.binding is not None and c.binding.graph is not None for c in self._classes.values()
-        )
-        if self._pool_handle is None or not live:
+        if self.lane is not None and self.lane.cuda:
+            return self.lane.pool(self)
+        if self._pool_handle is None or not self.has_live_graph():
             self._pool_handle = torch.cuda.graph_pool_handle()
         return self._pool_handle
+
+    def has_live_graph(self) -> bool:
+        """Whether a graph this engine captured is alive (its pool is then in use)."""
+        return any(
+            c.binding is not None and c.binding.graph is not None for c in self._classes.values()
+        )
 
     def _fallback(
         self, op: ReplayOp, cls: SignatureClass, exc: BaseException, args: Any, kw: Any

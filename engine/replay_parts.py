@@ -122,8 +122,10 @@ class Binding:
         leaves: list[Tensor],
         aliased: tuple[int, ...],
         regions: tuple[Tensor, ...],
+        buffer: Callable[[int, Tensor], Tensor] | None = None,
     ) -> Binding:
-        """Allocate a static buffer per non-aliased tensor leaf (same strides) and fill it.
+        """Allocate a static buffer per non-aliased tensor leaf (same strides) and fill it;
+        ``buffer(j, leaf)`` gives leaf ``j``'s buffer instead (a lane's shared one).
 
         Raises if a leaf cannot be staged (e.g. it overlaps itself, as an ``expand`` does).
         """
@@ -132,7 +134,10 @@ class Binding:
         for j, t in enumerate(leaves):
             if j in aliased:
                 continue
-            buf = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            if buffer is not None:
+                buf = buffer(j, t)
+            else:
+                buf = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
             buf.copy_(t)
             static[j] = buf
             staged.append((j, buf))

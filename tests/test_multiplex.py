@@ -131,7 +131,11 @@ T2W_REQUEST = ModelRequest(device="cpu", model_size="small", arm=Arm.SRC, seed=0
 T2W_CALLS: dict[int, list[Any]] = {
     11: [28, 28, Arm.S, 28, "last:3", "reset", 28, Arm.SRC, 28, 28],
     12: [28, "last:3", "reset", 28, 28, Arm.SR, 28, 28, "last:10", "reset", 28],
+    13: [28, 28, "last:3", "reset", 28],
 }
+# The voice each session speaks with (seeds a random voice): 11 and 12 share one, so they share
+# its prompt-only state and, on one lane, their graphs' staging buffers; 13 has its own.
+T2W_VOICES = {11: 11, 12: 11, 13: 13}
 
 
 def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
@@ -172,7 +176,7 @@ def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
     source = family("synthetic").load_sessions(request, _quiet)
     alone: dict[int, list[Any]] = {}
     for seed in T2W_CALLS:  # each session alone, eager, no warm-up: its stream from the start
-        speech = source.speech(source.voice(seed), Arm.EAGER)
+        speech = source.speech(source.voice(T2W_VOICES[seed]), Arm.EAGER)
         step = _speech_stepper(speech.speech)
         with SessionRng(device, seed).active():
             alone[seed] = [step(p) for p in _t2w_payloads(seed, request.device)]
@@ -183,7 +187,7 @@ def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
     for seed in T2W_CALLS:
 
         def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], None]:
-            speech, _ = source.open_speech(seed, Arm.SRC, rng.eager)
+            speech, _ = source.open_speech(seed, Arm.SRC, rng.eager, voice=T2W_VOICES[seed])
             streams[seed] = speech.speech
             return _speech_stepper(speech.speech), None
 
@@ -201,7 +205,18 @@ def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
             mux.submit(sid, payload, due=k + 0.5 * sid)
     done = mux.drain()
     if lanes == 1:
-        assert [d.session for d in done[:4]] == [0, 1, 0, 1]
+        assert [d.session for d in done[:6]] == [0, 1, 2, 0, 1, 2]
+    flows = {seed: stream.flow for seed, stream in streams.items()}
+    # One prompt-only state per voice, no stock state in any session (the state rule only).
+    assert flows[11].rule.carry.base is flows[12].rule.carry.base
+    assert flows[13].rule.carry.base is not flows[11].rule.carry.base
+    assert all(flow.stock is None for flow in flows.values())
+    with pytest.raises(ValueError, match=r"runs the state rule only\): choose S, SR or SRc"):
+        streams[11].set_arm(Arm.EAGER)
+    if lanes == 1:  # one lane: a class's staging buffers are one for every session
+        staged = [_staged(stream.replay) for stream in streams.values()]
+        shared = set(staged[0]) & set(staged[1])
+        assert shared and all(staged[0][key] == staged[1][key] for key in shared)
     for sid, seed in sids.items():
         got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
         assert len(got) == len(alone[seed])
@@ -209,6 +224,15 @@ def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
             assert (a is None) == (b is None), (seed, k)
             assert a is None or torch.equal(a, b), f"session {seed} call {k} differs"
     mux.shutdown()
+
+
+def _staged(replay: Any) -> dict[Any, list[int]]:
+    """Each captured class's staging buffers (their addresses), by operator and signature."""
+    return {
+        key: [buf.data_ptr() for _, buf in cls.binding.staged]
+        for key, cls in replay._classes.items()
+        if cls.binding is not None and cls.binding.staged
+    }
 
 
 # -- Moshi --------------------------------------------------------------------------------------

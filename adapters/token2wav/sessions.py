@@ -11,6 +11,7 @@ still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +20,7 @@ from adapters.token2wav.binding import FlowBinding, bind_flow
 from adapters.token2wav.prompt import VoicePrompt
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.speech_model import SpeechModel
+from adapters.token2wav.states import PromptState
 from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
 from engine.contract import Declaration
@@ -74,6 +76,15 @@ class Token2WavSessions:
         self.input_rate = 16_000  # the synthetic backbone's voice-activity model
         weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
         self.title = f"{face.title} ({size.name}, {weights})"
+        self._bindings: dict[tuple[int, int], FlowBinding] = {}
+        # Held while a session speaks with them (weakly here): voices and their prompt states.
+        self._voices: weakref.WeakValueDictionary[int | None, VoicePrompt] = (
+            weakref.WeakValueDictionary()
+        )
+        self._prompts: weakref.WeakValueDictionary[int | None, PromptState] = (
+            weakref.WeakValueDictionary()
+        )
+        self._kept: dict[int, VoicePrompt] = {}  # a live prompt state's voice
 
     def state_bytes(self, arm: Arm) -> int:
         """One session's state under ``arm``: the declaration's plan at the request's voice."""
@@ -86,16 +97,24 @@ class Token2WavSessions:
         )
 
     def speech(
-        self, voice: VoicePrompt, arm: Arm, eager_guard: EagerGuard | None = None
+        self,
+        voice: VoicePrompt,
+        arm: Arm,
+        eager_guard: EagerGuard | None = None,
+        *,
+        prompt: PromptState | None = None,
     ) -> SpeechModel:
-        """The decoder's streams for ``voice`` under ``arm``: binding, engine, catalog."""
+        """The decoder's streams for ``voice`` under ``arm``: binding, engine, catalog. With
+        ``prompt`` (the voice's shared prompt-only state) the stream runs the state rule only
+        and keeps no stock state."""
         request = self.request
-        binding = bind_flow(self.declaration, voice.frames, request.n_steps or self.size.n_steps)
+        binding = self.binding(voice.frames)
         check_agrees(self.flow, self.hift, binding, self.face.declaration)
         replay = ReplayEngine(request.device, eager_guard=eager_guard)
         flow_stream = FlowStream(
             self.flow, voice.tokens, voice.mel, voice.spk,
             binding=binding, arm=arm, replay=replay,
+            stock_arms=prompt is None, prompt=prompt,
         )  # fmt: skip
         return SpeechModel(
             speech=SpeechStream(flow_stream, self.hift, replay),
@@ -107,15 +126,59 @@ class Token2WavSessions:
             size=self.size,
         )
 
+    def binding(self, frames: int) -> FlowBinding:
+        """The flow's binding at a prompt of ``frames``: made once per prompt length (the plan
+        is the same for every voice of that length; ~1 s of host time to derive)."""
+        n_steps = self.request.n_steps or self.size.n_steps
+        key = (frames, n_steps)
+        if key not in self._bindings:
+            self._bindings[key] = bind_flow(self.declaration, frames, n_steps)
+        return self._bindings[key]
+
     def voice(self, seed: int) -> VoicePrompt:
-        """A session's voice: the request's recording, else a random voice seeded by ``seed``."""
-        return voice_for(replace(self.request, seed=seed), self.face.declaration)
+        """A session's voice: the request's recording, else a random voice seeded by ``seed``;
+        one object per voice while anything holds it."""
+        key = self._voice_key(seed)
+        voice = self._voices.get(key)
+        if voice is None:
+            voice = voice_for(replace(self.request, seed=seed), self.face.declaration)
+            self._voices[key] = voice
+        return voice
+
+    def prompt_state(self, seed: int) -> tuple[VoicePrompt, PromptState]:
+        """The voice seeded by ``seed`` and its prompt-only state under the state rule: made
+        once, shared by every session speaking with that voice while one does (no session
+        writes it; each holds it, and the voice lives as long as its state)."""
+        key = self._voice_key(seed)
+        state = self._prompts.get(key)
+        if state is not None:
+            return self._kept[id(state)], state
+        voice = self.voice(seed)
+        binding = self.binding(voice.frames)
+        state = PromptState.build(self.flow, voice.tokens, voice.mel, voice.spk, binding, None)
+        self._prompts[key] = state
+        self._kept[id(state)] = voice
+        weakref.finalize(state, self._kept.pop, id(state), None)
+        return voice, state
+
+    def voices_held(self) -> int:
+        """Voices whose prompt-only state a live session holds."""
+        return len(self._prompts)
+
+    def _voice_key(self, seed: int) -> int | None:
+        return None if self.request.voice is not None else seed
 
     def open_speech(
-        self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None
+        self,
+        seed: int,
+        arm: Arm,
+        eager_guard: EagerGuard | None = None,
+        voice: int | None = None,
     ) -> tuple[SpeechModel, dict[str, Any]]:
-        """A session's decoder alone (its voice from ``seed``), warmed up and sealed; with
-        what the warm-up did. Call it with the session's generator state installed."""
+        """A session's decoder alone, warmed up and sealed; with what the warm-up did. Call it
+        with the session's generator state installed. Its voice is the one seeded by ``voice``
+        (default: ``seed``), its prompt-only state shared with the other sessions of that voice;
+        it runs the state rule only and keeps no stock state."""
         if not arm.state_rule:
             raise FamilyError(
                 f"arm {arm} runs the stock path, whose cache envelope is one per process: "
@@ -123,14 +186,17 @@ class Token2WavSessions:
                 "arm",
             )
         request = replace(self.request, seed=seed, arm=arm)
-        speech = self.speech(self.voice(seed), arm, eager_guard)
+        prompt, state = self.prompt_state(seed if voice is None else voice)
+        speech = self.speech(prompt, arm, eager_guard, prompt=state)
         warmup = self.face.warm_up(speech, request, _quiet, None)
         return speech, warmup
 
     def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None) -> LoadedModel:
         """A session: its decoder (:meth:`open_speech`) under the synthetic backbone."""
         speech, warmup = self.open_speech(seed, arm, eager_guard)
-        return self.face.loaded(speech, replace(self.request, seed=seed, arm=arm), warmup, None)
+        # It keeps no stock state: the arms it may switch to are the state rule's.
+        request = replace(self.request, seed=seed, arm=arm, envelope=False)
+        return self.face.loaded(speech, request, warmup, None)
 
 
 def check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:

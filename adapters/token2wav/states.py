@@ -17,6 +17,7 @@ wrapper (:func:`engine.audit.audited`) in audit mode, so the audit on/off decisi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -55,6 +56,47 @@ class FlowState(Protocol):
         """Take over ``state`` (stock representation) by value."""
 
 
+@dataclass(frozen=True)
+class PromptState:
+    """A voice's prompt-only state under the state rule: the estimator caches' ``n_steps`` live
+    slots over the prompt (``att``: the carry's base, ``cnn``: the conv region's) and the
+    conformer caches. Every turn reset restores it; nothing writes it, so every stream of the
+    same voice and binding may share one (``adapters.token2wav.sessions``: once per voice)."""
+
+    att: Tensor
+    cnn: Tensor
+    conformer: FlowCache
+
+    @classmethod
+    def build(
+        cls,
+        flow: CausalMaskedDiffWithXvec,
+        prompt_tokens: Tensor,
+        prompt_mel: Tensor,
+        spk: Tensor,
+        binding: FlowBinding,
+        stock: StockStream | None,
+    ) -> PromptState:
+        """Cut from the stock prompt state when there is one, else computed straight into the
+        regions (the same operations, the same bits: ``carry_setup``)."""
+        n_steps = binding.n_steps
+        if stock is not None:
+            prompt = stock.prompt_state
+            att, cnn = (t.clone() for t in envelope_free_state(prompt, n_steps))
+            return cls(att, cnn, conformer_state(prompt))
+        cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
+        dit, like = cfm.estimator, prompt_mel
+        att_shape = (n_steps, *dit.att_cache_shape(CFG_BATCH, binding.prompt_frames))
+        att = torch.empty(att_shape, dtype=like.dtype, device=like.device)
+        cnn_shape = (n_steps, *dit.cnn_cache_shape(CFG_BATCH))
+        cnn = torch.empty(cnn_shape, dtype=like.dtype, device=like.device)
+        lookahead = prompt_tokens[:, : binding.lookahead]
+        with torch.no_grad():
+            tokens = torch.cat([prompt_tokens, lookahead], dim=1)
+            conformer = carry_setup(flow, spk, tokens, prompt_mel, att, cnn)
+        return cls(att, cnn, conformer)
+
+
 class RuleState:
     """The state rule's regions: the estimator attention carry, the conv region, the conformer.
 
@@ -70,44 +112,18 @@ class RuleState:
         self.conformer: FlowCache = dict(conformer)
 
     @classmethod
-    def build(
-        cls,
-        flow: CausalMaskedDiffWithXvec,
-        prompt_tokens: Tensor,
-        prompt_mel: Tensor,
-        spk: Tensor,
-        binding: FlowBinding,
-        stock: StockStream | None,
-    ) -> RuleState:
-        """The prompt-only state in its regions: cut from the stock prompt state when there is
-        one (whenever the state rule is first needed), else computed straight into the regions
-        (a flow loaded without the stock envelope)."""
-        n_steps = binding.n_steps
-        if stock is not None:
-            prompt = stock.prompt_state
-            att, cnn = (t.clone() for t in envelope_free_state(prompt, n_steps))
-            conformer = conformer_state(prompt)
-        else:
-            cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
-            dit, like = cfm.estimator, prompt_mel
-            att_shape = (n_steps, *dit.att_cache_shape(CFG_BATCH, binding.prompt_frames))
-            att = torch.empty(att_shape, dtype=like.dtype, device=like.device)
-            cnn_shape = (n_steps, *dit.cnn_cache_shape(CFG_BATCH))
-            cnn = torch.empty(cnn_shape, dtype=like.dtype, device=like.device)
-            lookahead = prompt_tokens[:, : binding.lookahead]
-            with torch.no_grad():
-                tokens = torch.cat([prompt_tokens, lookahead], dim=1)
-                conformer = carry_setup(flow, spk, tokens, prompt_mel, att, cnn)
+    def build(cls, prompt: PromptState, binding: FlowBinding) -> RuleState:
+        """The stream's regions, starting from the voice's prompt-only state (shared, read)."""
         rule = binding.carry
         carry = Carry(
-            att,
+            prompt.att,
             dim=rule.dim,
             prompt=rule.prompt,
             history=rule.history,
             order=rule.order,
             capacity=binding.capacity,
         )
-        return cls(carry, cnn, conformer)
+        return cls(carry, prompt.cnn, prompt.conformer)
 
     @property
     def auditor(self) -> Auditor | None:

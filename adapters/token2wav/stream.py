@@ -43,7 +43,13 @@ from adapters.token2wav.cfm import CausalConditionalCFM
 from adapters.token2wav.chunks import carry_chunk, stock_chunk
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.operators import FlowOperators, register_flow_operators
-from adapters.token2wav.states import STOCK_KEYS, FlowState, RuleState, conformer_state
+from adapters.token2wav.states import (
+    STOCK_KEYS,
+    FlowState,
+    PromptState,
+    RuleState,
+    conformer_state,
+)
 from adapters.token2wav.stock import StockStream, check_binding, check_call
 from engine.arms import Arm, Granularity
 from engine.audit import Auditor
@@ -57,6 +63,10 @@ class FlowStream:
     ``binding`` is what the declaration and its plan fix for this voice (retention, the carry's
     capacity, call sizes, the catalog's call classes); calls outside the catalog run eagerly.
     ``replay`` owns the graphs; give every stream of a process the same one.
+    ``stock_arms=False`` keeps no stock state even when the flow has the envelope (a session
+    among many runs the state rule only: two stock states are ~1.2 GB at full size);
+    ``prompt`` is the voice's prompt-only state when another stream already made it (shared,
+    never written), else the stream makes its own.
     """
 
     def __init__(
@@ -69,15 +79,19 @@ class FlowStream:
         binding: FlowBinding,
         arm: Arm,
         replay: ReplayEngine,
+        stock_arms: bool = True,
+        prompt: PromptState | None = None,
     ) -> None:
         check_binding(flow, prompt_mel, binding)
         self.flow, self.spk, self.binding, self.replay = flow, spk, binding, replay
         self._prompt = (prompt_tokens, prompt_mel)
+        self._prompt_state = prompt
         self.stock: StockStream | None = None
         self._rule: RuleState | None = None
         self._auditor: Auditor | None = None
         cfm: CausalConditionalCFM = flow.decoder  # type: ignore[assignment]
-        if cfm.att_cache_buffer.shape[0] > 0:  # the stock envelope exists: stock arms can run
+        self._enveloped = cfm.att_cache_buffer.shape[0] > 0
+        if self._enveloped and stock_arms:  # the stock envelope exists: stock arms can run
             self.stock = StockStream(flow, prompt_tokens, prompt_mel, spk, binding=binding)
             conformer = conformer_state(self.stock.prompt_state)
         else:  # state rule only: the prompt state is computed straight into its regions
@@ -94,8 +108,12 @@ class FlowStream:
     def rule(self) -> RuleState:
         """The state rule's regions: made on first use, then kept at one address."""
         if self._rule is None:
-            tokens, mel = self._prompt
-            self._rule = RuleState.build(self.flow, tokens, mel, self.spk, self.binding, self.stock)
+            if self._prompt_state is None:
+                tokens, mel = self._prompt
+                self._prompt_state = PromptState.build(
+                    self.flow, tokens, mel, self.spk, self.binding, self.stock
+                )
+            self._rule = RuleState.build(self._prompt_state, self.binding)
             self._rule.audit(self._auditor)
         return self._rule
 
@@ -179,6 +197,11 @@ class FlowStream:
         return self.rule if arm.state_rule else self._stock()
 
     def _stock(self) -> StockStream:
+        if self.stock is None and self._enveloped:
+            raise ValueError(
+                "the stock arms need the stock state, which this stream does not keep (a "
+                "session opened among many runs the state rule only): choose S, SR or SRc"
+            )
         if self.stock is None:
             raise ValueError(
                 "the stock arms need the stock cache envelope, but this flow was built without "

@@ -16,6 +16,7 @@ import pytest
 
 from adapters.face import ModelRequest
 from engine.arms import Arm
+from tests.gpu_results import record
 from tests.test_multiplex import moshi_sessions_equal_alone, token2wav_sessions_equal_alone
 
 pytestmark = pytest.mark.gpu
@@ -30,3 +31,76 @@ def test_moshi_sessions_on_lanes_equal_each_alone_in_eager() -> None:
     request = ModelRequest(device="cuda", model_size="full", arm=Arm.SRC, seed=3)
     frames = int(os.environ.get("DUPLEXCADENCE_MULTIPLEX_FRAMES", "40"))
     moshi_sessions_equal_alone(request, lanes=2, frames=frames)
+
+
+def test_an_engine_on_a_lane_shares_its_stream_and_copies_out() -> None:
+    """A replay engine made while a session opens on a lane takes the lane's side stream and
+    pool; it refuses an operator that would hand out the lane's static outputs."""
+    import torch
+
+    from engine.graph_lane import GraphLane, on_lane
+    from engine.replay import ReplayEngine
+    from engine.signature import Catalog
+
+    lane = GraphLane(torch.device("cuda", torch.cuda.current_device()))
+    with on_lane(lane):
+        engine = ReplayEngine("cuda")
+    assert engine.lane is lane and engine._stream is lane.stream
+    with pytest.raises(ValueError, match="copy_out=False on a multiplexer lane"):
+        engine.register("op", lambda x: x * 2, catalog=Catalog.any(), copy_out=False)
+
+
+def test_token2wav_session_memory_against_its_declared_state() -> None:
+    """Three sessions of one voice on one lane: the third admission takes no more device memory
+    than the session's declared state plus its own graphs' static outputs (the conformer caches
+    each flow class returns) and the allocator's rounding; no stock state, no second prompt
+    state, no second pool or stream cache."""
+    import torch
+
+    from adapters.registry import family
+    from engine.multiplex import Capacity, Multiplexer, SessionRng
+    from tests.test_multiplex import _quiet
+
+    request = ModelRequest(device="cuda", model_size="full", arm=Arm.SRC, seed=0)
+    source = family("synthetic").load_sessions(request, _quiet)
+    mux = Multiplexer(torch.device("cuda"), Capacity(lanes=1))
+    engines = []
+
+    def opener(rng: SessionRng) -> tuple[object, None]:
+        speech, _ = source.open_speech(1000 + len(engines), Arm.SRC, rng.eager, voice=1000)
+        engines.append(speech.replay)
+        return speech.speech.push, None
+
+    used = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        before = torch.cuda.mem_get_info()[0]
+        mux.admit(opener, seed=1000 + len(engines), period_s=source.period_s)
+        torch.cuda.synchronize()
+        used.append(before - torch.cuda.mem_get_info()[0])
+    declared = source.state_bytes(Arm.SRC)
+    outputs = sum(
+        t.untyped_storage().nbytes()
+        for cls in engines[-1]._classes.values()
+        if cls.binding is not None
+        for t in _tensors(cls.binding.outputs)
+    )
+    record(
+        "multiplex_session_memory",
+        admission_mib=[round(u / 2**20, 1) for u in used],
+        declared_mib=round(declared / 2**20, 1),
+        static_outputs_mib=round(outputs / 2**20, 1),
+        pool=mux.graph_lanes[0].pool_bytes(),
+    )
+    assert used[2] <= declared + outputs + (64 << 20), (used, declared, outputs)
+    mux.shutdown()
+
+
+def _tensors(obj: object) -> list[object]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, tuple | list):
+        return [t for item in obj for t in _tensors(item)]
+    return []
