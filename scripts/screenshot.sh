@@ -34,6 +34,8 @@ command -v espeak-ng >/dev/null || {
 
 cd "$root"
 # A screen larger than the window, 24-bit colour; the app picks xcb, not an inherited offscreen.
+# DUPLEXCADENCE_SHOT_SCREEN=WxH for another screen: 200% scaling is a 4K screen's (3400x2160).
+screen="${DUPLEXCADENCE_SHOT_SCREEN:-1700x1080}"
 exec env -u QT_QPA_PLATFORM QT_QPA_PLATFORM=xcb \
-    xvfb-run -a -s "-screen 0 1700x1080x24 -nolisten tcp" \
+    xvfb-run -a -s "-screen 0 ${screen}x24 -nolisten tcp" \
     "$python" -m app.gui.screenshot --out "$out" "$@"

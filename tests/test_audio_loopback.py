@@ -158,3 +158,21 @@ def test_a_wav_played_into_the_virtual_mic_is_heard(
     loud = audio[np.abs(audio) > 0.05]
     assert loud.size > IN_RATE // 2, "the played WAV did not reach the virtual microphone"
     assert abs(dominant_hz(audio) - 700.0) <= 2.0
+
+
+def test_silence_written_in_a_burst_does_not_pile_up_but_sound_does(
+    devices: tuple[DeviceSource, DeviceSink],
+) -> None:
+    """A late engine catches up in a burst; queued silence would delay every later sample (and
+    the echo) for the rest of the session. Sound is never dropped."""
+    _, sink = devices
+    period = np.zeros(OUT_RATE // 5, dtype=np.float32)  # 0.2 s, as the basic voice writes
+    for _ in range(10):  # 2 s of silence at once
+        sink.write(period)
+    # kept: the prebuffer and a period, then the write that found a hair less queued
+    assert sink.queued_s <= sink.prebuffer_s + 2 * 0.2 + 0.02, sink.queued_s
+    assert sink.trimmed > 0
+    trimmed = sink.trimmed
+    for k in range(5):  # 1 s of sound at once: all of it queued
+        sink.write(tone(0.2, start=k * OUT_RATE // 5))
+    assert sink.trimmed == trimmed and sink.queued_s >= 0.9, sink.queued_s

@@ -30,14 +30,19 @@ ended, so with ``realtime=False`` a speaking step waits for the worker until it 
 audio or the answer is done: the output is then the same whatever the machine's speed.
 
 Its own voice. On speakers the microphone hears the answer too (echo cancellation leaves a
-residue, most of all while it converges), and the answer's tail still plays after the period
-that handed out its last sample (the sink's queue, the device's latency). A voiced window counts
-as the user only when it is louder than ``self_voice`` times the loudest window the cascade
-played in the last two periods (the echo's delay is under a period): quieter voice is taken for
-its own (0.1: 20 dB down, what echo cancellation leaves). So it does not answer itself, nor
-barge in on itself; a user who speaks up over it does. With nothing played lately the
-reference is zero and every voiced window counts. (The reference is the output's level, not
-the microphone's: a microphone set far quieter than the voice makes barging in harder.)
+residue, most of all while it converges: the first 0.2-0.4 s of an answer came back at full
+level on the project's PipeWire device), and the answer's tail still plays after the period
+that handed out its last sample (the sink's queue, both devices' latencies). A voiced window
+counts as the user only when it is louder than ``self_voice`` times the loudest window the
+cascade played in the last ``echo_s`` seconds: quieter voice is taken for its own (0.1: 20 dB
+down, what echo cancellation leaves). ``echo_s`` outlasts the echo's path: measured on that
+device under load, an answer's echo came 0.8-1.0 s after its period (a period of audio, the
+sink's prebuffer and what a late period left queued, 0.12 s of latency at each end); with
+0.4 s of memory the tail of an answer, heard after it ended, was answered. So it does not
+answer itself, nor barge in on itself; a user who speaks up over it does. With nothing played
+lately the reference is zero and every voiced window counts. (The reference is the output's
+level, not the microphone's: a microphone set far quieter than the voice makes barging in
+harder.)
 
 Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodModel``) whose audio
 is at most one period, the part of the answer this period plays: the loop's playout queue stays
@@ -50,6 +55,7 @@ kept for the loop and changes nothing.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections import deque
@@ -125,7 +131,8 @@ class BasicCascade:
             worker (a simulated clock; see the module docstring).
         wait_s: the longest a step waits for the worker when ``realtime`` is False.
         self_voice: a voiced window quieter (rms) than this times the loudest window played in
-            the last two periods is taken for the cascade's own voice (module docstring).
+            the last ``echo_s`` seconds is taken for the cascade's own voice (module docstring).
+        echo_s: how long what it played stays the reference for its own voice (module doc).
     """
 
     def __init__(
@@ -142,6 +149,7 @@ class BasicCascade:
         realtime: bool = True,
         wait_s: float = 300.0,
         self_voice: float = 0.1,
+        echo_s: float = 2.0,
     ) -> None:
         if recognizer.rate != RATE:
             raise ValueError(f"the recognizer hears {recognizer.rate} Hz; silero-vad needs {RATE}")
@@ -158,6 +166,7 @@ class BasicCascade:
         self._preroll = round(preroll_s * RATE)
         self._pad = np.zeros(round(pad_s * RATE), dtype=np.float32)
         self._max_utterance = round(max_utterance_s * RATE)
+        self._echo_periods = max(1, math.ceil(echo_s / period_s - 1e-9))  # periods remembered
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._job: _Job | None = None
         self._worker = threading.Thread(target=self._work, name="basic-cascade", daemon=True)
@@ -193,7 +202,8 @@ class BasicCascade:
         self._utterance = 0  # the sample where the user's current utterance begins
         self._done = False  # the current job posted ``done``
         self._playout = Playout()
-        self._played: deque[float] = deque([0.0, 0.0], maxlen=2)  # loudest window, per period
+        # the loudest window played, per period, over the last ``echo_s``
+        self._played: deque[float] = deque([0.0], maxlen=self._echo_periods)
         self.own_voice = 0  # voiced windows taken for the cascade's own voice
 
     def close(self) -> None:

@@ -5,6 +5,14 @@
 (:mod:`app.audio.jitter`: prebuffer, fade-out instead of a click when dry, counted). The
 output callback only copies the next block out of it (and, when echo cancellation is on, into
 a far-end ring for the canceller) and counts underflows.
+
+Silence is not let pile up. A period the engine wrote late (a busy host) has the buffer run
+dry; the periods it then catches up on arrive in a burst and stay queued, every later sample
+playing that much later for the rest of the session (seen: 0.8-1.0 s in all, on a loaded
+2-core machine), which delays answers and moves the assistant's echo past what the basic
+voice expects. So a write that is all zeros is dropped while the buffer already holds the
+prebuffer and that write's length again (counted in ``trimmed``): the queue shrinks back in
+the pauses, and no sound is ever dropped.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class DeviceSink(DeviceStream):
         self.in_rate = rate
         self.prebuffer_s, self.buffer_s, self.fade_s = prebuffer_s, buffer_s, fade_s
         self.dropped = 0  # samples written while lost or closed (nowhere to play them)
+        self.trimmed = 0  # silent samples not queued: the buffer held enough (module doc)
         self._jitter = JitterBuffer(2, 0, 1)
         self._block = np.zeros(1, dtype=np.float32)
         self._resampler: soxr.ResampleStream | None = None
@@ -111,10 +120,19 @@ class DeviceSink(DeviceStream):
                 self.dropped += len(samples)
                 self._raise_lost()
                 return
+            if self._enough_queued(samples):
+                self.trimmed += len(samples)
+                return
             resampler = self._resampler
             converted = samples if resampler is None else resampler.resample_chunk(samples)
             if self._jitter.push(converted) > 0:
                 self.stats.overflows += 1
+
+    def _enough_queued(self, samples: np.ndarray) -> bool:
+        """Whether ``samples`` are silence and the buffer holds the prebuffer and as much again."""
+        rate = self.stats.rate or float(self.in_rate)
+        need = self._jitter.prebuffer + len(samples) * rate / self.in_rate
+        return self._jitter.ring.available >= need and not samples.any()
 
     def drain(self, timeout: float = 5.0) -> bool:
         """Play out what is queued, the resampler's tail included, waiting up to ``timeout`` s

@@ -15,6 +15,11 @@ The README's picture of a conversation with its transcript (``docs/screenshot-tr
 is the basic voice on the shipped demo talk, shot once both sides are in the transcript:
 
     scripts/screenshot.sh docs/screenshot-transcript.png -- --family basic --demo-talk --transcript
+
+With ``--speakers DEVICE`` the window plays and listens through the audio device ``DEVICE``
+(echo cancellation on, the default) and the talk is spoken into that same device, as a user in
+the room: on the project's PipeWire device (``eval "$(scripts/virtual_audio.sh)"`` first; device
+``pipewire``) the microphone is the speakers' monitor, so the assistant hears itself too.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from app.audio import DeviceSink
     from app.gui.window.main_window import MainWindow
 
 __all__ = ["main", "spoken_conversation"]
@@ -81,6 +88,35 @@ def _talk(out: Path, demo: bool) -> Path:
     return spoken_conversation(out)
 
 
+class _User:
+    """The user in the room: the talk's first utterance played into ``device`` once started,
+    at its own rate (one question: its answer then plays whole, however busy the CPU)."""
+
+    def __init__(self, device: str, wav: Path) -> None:
+        import soundfile as sf
+
+        audio, self.rate = sf.read(wav, dtype="float32")
+        loud = np.flatnonzero(np.abs(audio) > 0.02)
+        pauses = np.flatnonzero(np.diff(loud) > self.rate)  # over a second of quiet
+        end = loud[pauses[0]] + 1 if pauses.size else audio.size
+        self.audio = audio[: end + self.rate // 2]
+        self.device = device
+        self.sink: DeviceSink | None = None
+
+    def start(self) -> None:
+        from app.audio import DeviceSink
+
+        self.sink = DeviceSink(
+            self.device, rate=self.rate, buffer_s=self.audio.size / self.rate + 1
+        )
+        self.sink.start()
+        self.sink.write(self.audio)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app.gui.screenshot", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/screenshot.png"))
@@ -95,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--transcript", action="store_true",
         help="no arm switches; shoot once the transcript shows both sides (a recognizer's family)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--speakers", metavar="DEVICE",
+        help="play and listen through DEVICE, the talk spoken into it (e.g. pipewire)",
     )  # fmt: skip
     parser.add_argument("--size", default="1600x980", help="window size WIDTHxHEIGHT")
     parser.add_argument(
@@ -124,10 +164,15 @@ def _both_sides(window: MainWindow) -> bool:
 
 
 def _converse(
-    window: MainWindow, periods: int, transcript: bool = False, timeout_s: float | None = None
+    window: MainWindow,
+    periods: int,
+    transcript: bool = False,
+    timeout_s: float | None = None,
+    running: Callable[[], None] | None = None,
 ) -> None:
     """Run the conversation; switch arms on the way (not for ``transcript``: the shot waits for
-    both sides of the transcript instead); return once the assistant speaks."""
+    both sides of the transcript instead); return once the assistant speaks. ``running`` is
+    called once, at the first period (the model loaded, the devices open)."""
     from engine.arms import Arm
 
     window.start_conversation()
@@ -136,6 +181,9 @@ def _converse(
     while time.monotonic() < deadline:
         _wait(0.1)
         done = len(window.panel.history)
+        if done and running is not None:
+            running()
+            running = None
         if done in switches:
             window.switch_arm(switches.pop(done))
         last = window.panel.history.last
@@ -164,11 +212,16 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(folder)
         os.environ["XDG_DATA_HOME"] = str(tmp / "data")
         wav = args.input_wav or _talk(tmp / "talk.wav", args.demo_talk)
-        settings_file = save_settings(
-            Settings(family=args.family, model_size="small"), tmp / "settings.yaml"
+        devices = {"input_device": args.speakers, "output_device": args.speakers}
+        settings = Settings(
+            family=args.family, model_size="small", **(devices if args.speakers else {})
         )
+        settings_file = save_settings(settings, tmp / "settings.yaml")
         create_application([])  # PySide6 keeps the QApplication alive for the process
-        route = AudioRoute(input_wav=wav, realtime=True, output="none")
+        if args.speakers:  # the devices, echo cancellation on (the default)
+            route, user = AudioRoute(), _User(args.speakers, wav)
+        else:
+            route, user = AudioRoute(input_wav=wav, realtime=True, output="none"), None
         window = MainWindow(settings_file=settings_file, route=route, sessions_dir=tmp)
         window.resize(width, height)
         window.fit_screen()  # at 150-200% scaling the asked size may not fit the screen
@@ -177,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         window.show()
         _wait(0.5)
         try:
-            _converse(window, args.periods, args.transcript, args.timeout)
+            running = user.start if user is not None else None
+            _converse(window, args.periods, args.transcript, args.timeout, running)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             image = window.grab()
             if not image.save(str(args.out)):
@@ -185,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"screenshot: {args.out} ({image.width()}x{image.height()})")
         finally:  # a shot that failed still ends the conversation: no thread left at exit
             window.close()
+            if user is not None:
+                user.close()
     return 0
 
 

@@ -80,7 +80,7 @@ class CascadeNote(QFrame):
         super().__init__(parent)
         self.setObjectName("card")
         self.label = explain(QLabel(CASCADE_NOTE), "about the basic voice", CASCADE_NOTE)
-        self.headphones = explain(QLabel(f"🎧 {HEADPHONES}"), "headphones", HEADPHONES)
+        self.headphones = explain(QLabel(HEADPHONES), "headphones", HEADPHONES)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 6, 8, 6)
         layout.setSpacing(2)
