@@ -283,7 +283,10 @@ def _check_host(request: ModelRequest, size: ModelPreset, declaration: str) -> N
     from engine.plan import make_plan
 
     folder = request.checkpoint
-    config = size.flow if folder is None else read_flow_config(folder / "flow.yaml")
+    try:
+        config = size.flow if folder is None else read_flow_config(folder / "flow.yaml")
+    except CheckpointError as error:
+        raise FamilyError(str(error), "checkpoint") from None
     with torch.device("meta"):
         flow = build_flow(config, seed=request.seed, envelope=request.envelope)
         hift = build_hift(request.seed, size.hift)
