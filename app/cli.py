@@ -407,7 +407,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     arm = _arm(args.arm)  # before torch loads: a typo costs no time
     from app.converse import ConverseRequest, converse
     from app.demo import RATE, demo_dir, write_talk
-    from app.outputs import check_outputs, run_bytes
+    from app.outputs import check_outputs, claim_outputs, run_bytes
     from app.settings import Settings, check_settings, fall_back
 
     out = args.out or demo_dir()
@@ -424,20 +424,22 @@ def _run_demo(args: argparse.Namespace) -> int:
         check_settings(settings)  # before anything is written
         out.mkdir(parents=True, exist_ok=True)
         talk_bytes = args.seconds * RATE * 2  # the 16-bit talk, then the answer and traces
+        outputs = [("--out", out / name) for name in names]
         check_outputs(
-            [("--out", out / name) for name in names],
+            outputs,
             force=force,
             bytes_needed=talk_bytes + run_bytes(args.seconds + 10, 1, traced=True),
         )
-        talk = write_talk(out / "talk.wav", args.seconds)
-        request = ConverseRequest(
-            settings=settings,
-            input=talk,
-            output=out / "assistant.wav",
-            trace=out / "trace.json",
-            force=force,  # the talk's length in any family's periods, then the answer's end
-        )
-        summary = converse(request)
+        with claim_outputs(outputs, force=force):  # a second demo is refused before the talk
+            talk = write_talk(out / "talk.wav", args.seconds)
+            request = ConverseRequest(
+                settings=settings,
+                input=talk,
+                output=out / "assistant.wav",
+                trace=out / "trace.json",
+                force=force,  # the talk's length in any family's periods, then the answer's end
+            )
+            summary = converse(request)
     except (ValueError, OSError, RuntimeError) as error:
         return _converse_failed("demo", error)
     print(f"demo: files in {out} (open trace.json in ui.perfetto.dev)", file=sys.stderr)

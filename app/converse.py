@@ -16,14 +16,16 @@ family says text (a recognizer for the user's side, words for the assistant's), 
 
 Nothing is lost, nothing clobbered: every output is checked before the models load
 (:func:`app.outputs.check_outputs`: not the input, not an existing file without ``--force``,
-room on the disk) and the input is scanned for NaN; the WAVs and the JSONL are written period by
-period (a killed run leaves them playable and readable; ``duplexcadence export`` rebuilds the
-Perfetto/CSV); a run that fails leaves the earlier files of the same names as they were, while
-Ctrl-C or SIGTERM ends it like the end of the input: a period is written whole or not at all
-(its trace line, its audio, its recordings: ``app.interrupts``), and so is the closing of each
-output; an interrupt during the exports leaves them to ``duplexcadence export``. Memory stays
-flat in the session's length: the input is streamed, the summary is tallied period by period,
-and the exports stream the JSONL (``bench/long_session.py`` measures a 2-hour input).
+room on the disk, not another run's) and claimed for the run (:func:`app.outputs.claim_outputs`:
+a second run naming one is refused before loading), and the input is scanned for NaN; the WAVs
+and the JSONL are written period by period (a killed run leaves them playable and readable;
+``duplexcadence export`` rebuilds the Perfetto/CSV); a run that fails leaves the earlier files
+of the same names as they were, while Ctrl-C or SIGTERM ends it like the end of the input: a
+period is written whole or not at all (its trace line, its audio, its recordings:
+``app.interrupts``), and so is the closing of each output; an interrupt during the exports
+leaves them to ``duplexcadence export``. Memory stays flat in the session's length: the input is
+streamed, the summary is tallied period by period, and the exports stream the JSONL
+(``bench/long_session.py`` measures a 2-hour input).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import numpy as np
 
 from app.heap import settle_heap
 from app.interrupts import WholeExitStack, interrupts_deferred, stopped_by
-from app.outputs import OutputsError, check_outputs, run_bytes
+from app.outputs import OutputsError, check_outputs, claim_outputs, run_bytes
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
 from app.settings import Settings
@@ -164,6 +166,11 @@ def _outputs(req: ConverseRequest) -> list[tuple[str, Path]]:
 def converse(req: ConverseRequest) -> dict[str, Any]:
     """Run the conversation; returns the summary printed on stdout."""
     check_request(req)  # before torch loads: a refused request answers at once
+    with claim_outputs(_outputs(req), force=req.force):  # a second run is refused before loading
+        return _converse_claimed(req)
+
+
+def _converse_claimed(req: ConverseRequest) -> dict[str, Any]:
     from app.session import build_session
 
     if not req.verbose:  # every replay decision is in the trace; stderr keeps the progress bar

@@ -11,15 +11,21 @@ option, the path and the fix:
   ``--trace out/mydata.json`` must not silently replace an unrelated ``out/mydata.csv``);
 * a filesystem without room for the run: :data:`WAV_BYTES_PER_S` per second of each WAV plus
   :data:`TRACE_BYTES_PER_PERIOD` per period of a trace and its exports.
+
+Once checked, a run holds its outputs with :func:`claim_outputs` until it ends
+(:mod:`engine.claims`), so a second run naming one of them is refused by its checks, before its
+models load, even while the first is still loading and has not opened its files.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from engine.claims import ClaimedElsewhere, claim
 from engine.files import OutputError, check_output
 from engine.sizes import byte_text
 
@@ -28,6 +34,7 @@ __all__ = [
     "WAV_BYTES_PER_S",
     "OutputsError",
     "check_outputs",
+    "claim_outputs",
     "run_bytes",
 ]
 
@@ -71,6 +78,21 @@ def check_outputs(
         except OutputError as error:
             raise OutputsError(f"{option} {error}") from None
     _check_space([path for _, path in outputs], bytes_needed)
+
+
+@contextmanager
+def claim_outputs(outputs: Sequence[tuple[str, Path]], *, force: bool = False) -> Iterator[None]:
+    """Hold the claim on every output of ``outputs`` while the block runs (the run, models
+    loading included); each is checked again once claimed, so a run that ended between the
+    checks and the claim is seen too. An :class:`OutputsError` when another run holds one."""
+    with ExitStack() as claims:
+        for option, path in outputs:
+            try:
+                claims.enter_context(claim(path))
+                check_output(path, overwrite=force, flag="--force")
+            except (ClaimedElsewhere, OutputError) as error:
+                raise OutputsError(f"{option} {error}") from None
+        yield
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -29,10 +29,12 @@ from app.converse import (
     _answer_pending,
     _finish,
     _load_progress,
+    _outputs,
     _sink,
     _source,
     check_request,
 )
+from app.outputs import claim_outputs
 from app.session import Session
 
 __all__ = ["converse_sessions", "session_request"]
@@ -74,6 +76,12 @@ def converse_sessions(req: ConverseRequest) -> dict[str, Any]:
         raise ConverseError("--output names one file for every session: put {i} in its name")
     for sub in subs:
         check_request(sub)
+    outputs = [output for sub in subs for output in _outputs(sub)]
+    with claim_outputs(outputs, force=req.force):  # a second run is refused before loading
+        return _converse_sessions(req, subs)
+
+
+def _converse_sessions(req: ConverseRequest, subs: list[ConverseRequest]) -> dict[str, Any]:
     from adapters.face import FamilyError, session_source
     from adapters.registry import family
     from app.session import open_session

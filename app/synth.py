@@ -13,8 +13,10 @@ The voice is a seeded random prompt of ``--voice-frames P`` frames, or the voice
 checkpoint's speech tokenizer and speaker model; its length sets P).
 
 Outputs are checked before the models load (:func:`app.outputs.check_outputs`: an existing file
-only with ``--force``, room on the disk); the WAV is written period by period and the tokens are
-drawn per call, so memory stays flat in ``--seconds``. A run that fails (the model produced NaN,
+only with ``--force``, room on the disk, not another run's) and claimed for the run
+(:func:`app.outputs.claim_outputs`: a second ``synth`` naming one is refused before it loads);
+the WAV is written period by period and the tokens are drawn per call, so memory stays flat in
+``--seconds``. A run that fails (the model produced NaN,
 say) leaves earlier files of the same names as they were and exits non-zero.
 """
 
@@ -34,7 +36,7 @@ from adapters.face import (
 )
 from adapters.registry import family, family_keys
 from app.interrupts import interrupts_deferred
-from app.outputs import OutputsError, check_outputs, run_bytes
+from app.outputs import OutputsError, check_outputs, claim_outputs, run_bytes
 from app.periods import WavSink
 from app.progress import PeriodBar
 from engine.arms import Arm
@@ -101,16 +103,14 @@ def check_request(req: SynthRequest) -> None:
         raise ValueError(f"--seconds {req.seconds}: synthesize at least one second")
     if req.wav.suffix.lower() != ".wav" or not req.wav.parent.is_dir():
         raise ValueError(f"--wav {req.wav}: give a .wav path in an existing folder")
-    outputs = [("--wav", req.wav)]
     if req.trace is not None:
         if req.trace.suffix.lower() != ".json":
             raise ValueError(f"--trace {req.trace}: give a .json path (Perfetto/Chrome trace)")
         check_trace_path(req.trace.with_suffix(".jsonl"), overwrite=True)
-        outputs += [("--trace", req.trace.with_suffix(".jsonl")), ("--trace", req.trace)]
     inputs = [("--prompt-wav", req.prompt_wav)] if req.prompt_wav is not None else []
     try:
         check_outputs(
-            outputs,
+            _outputs(req),
             inputs=inputs,
             force=req.force,
             bytes_needed=run_bytes(req.seconds + 1, 1, req.trace is not None),
@@ -122,9 +122,20 @@ def check_request(req: SynthRequest) -> None:
     family(req.family).check(req.model_request())
 
 
+def _outputs(req: SynthRequest) -> list[tuple[str, Path]]:
+    """Every file the run writes, with the option that names it."""
+    traces = [] if req.trace is None else [req.trace.with_suffix(".jsonl"), req.trace]
+    return [("--wav", req.wav), *(("--trace", trace) for trace in traces)]
+
+
 def synthesize(req: SynthRequest, progress: bool = True) -> dict[str, float]:
     """Run the stream; returns a summary (seconds of audio, mean and max period time)."""
     check_request(req)
+    with claim_outputs(_outputs(req), force=req.force):  # a second run is refused before loading
+        return _synthesize(req, progress)
+
+
+def _synthesize(req: SynthRequest, progress: bool) -> dict[str, float]:
     model = speech_decoder(family(req.family), req.model_request(), lambda stage, fraction: None)
     stream, replay, windower = model.speech, model.replay, model.windower
     metrics = Metrics(model.binding.stride_s, device=req.device, arm=str(req.arm))

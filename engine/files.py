@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from engine.claims import being_written, claimed_elsewhere
+
 __all__ = ["Output", "OutputError", "atomic_write", "check_output"]
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -82,8 +84,9 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
-    """Refuse ``path`` before any work: a folder, a missing or read-only folder, a file that is
-    there without ``overwrite``, or a file another run is writing (its lock is held)."""
+    """Refuse ``path`` before any work: a folder, a missing or read-only folder, a name another
+    run claims (:mod:`engine.claims`), a file that is there without ``overwrite``, or a file
+    another run is writing (its lock is held)."""
     if path.name in ("", ".", "..") or path.is_dir():
         raise OutputError(f"{path} is a folder: name a file in it")
     _check_name(path)
@@ -92,6 +95,8 @@ def check_output(path: Path, *, overwrite: bool, flag: str = "--force") -> None:
         raise OutputError(f"folder {folder} does not exist: create it (mkdir -p {folder})")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"folder {folder} is not writable: choose a folder you can write")
+    if claimed_elsewhere(path):  # another run checked it and is loading, or writes it
+        raise OutputError(being_written(path))
     if not (path.exists() or path.is_symlink()):
         return
     if not overwrite:
@@ -266,5 +271,5 @@ def _hold(path: Path) -> int | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise OutputError(f"{path} is being written by another run: wait for it to end") from None
+        raise OutputError(being_written(path)) from None
     return fd

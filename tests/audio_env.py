@@ -9,7 +9,8 @@ Use the ``virtual_audio`` fixture in a test marked ``audio``::
         subprocess.run([..., "--input-device", virtual_audio.input_device], env=virtual_audio.env)
 
 It starts (or reuses) the private PipeWire instance with a null sink whose monitor is the
-virtual microphone, points this process's PortAudio at it and re-enumerates devices. Where no
+virtual microphone, points this process's PortAudio at it and re-enumerates devices; an
+instance it started is stopped when the test session ends, one it reused is left running. Where no
 virtual device can come up the test is skipped, unless ``DUPLEXCADENCE_AUDIO=required`` (CI,
 after the device came up in ``scripts/test.sh``): then it fails, naming what went wrong.
 """
@@ -120,5 +121,10 @@ def play_to_mic(wav: Path, audio: AudioEnv) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="session")
 def virtual_audio() -> Iterator[AudioEnv]:
-    """The virtual sound card (see the module doc); left running for the next session."""
-    yield ensure_virtual_audio()
+    """The virtual sound card (see the module doc). Stopped after the test session if this
+    fixture started it (its four daemons would outlive pytest); one found running (started by
+    ``scripts/test.sh`` or the user) is left running for whoever started it."""
+    audio = ensure_virtual_audio()
+    yield audio
+    if audio.exports.get("DUPLEXCADENCE_AUDIO_STARTED") == "1":
+        stop_virtual_audio(Path(audio.exports["DUPLEXCADENCE_AUDIO_DIR"]))

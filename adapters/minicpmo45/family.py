@@ -212,6 +212,11 @@ class MiniCPMO45Family:
             f"Token2Wav under {request.arm}, {byte_text(headroom)} headroom"
         )
         seen = check_memory(request.device, needed, parts)
+        if request.device == "cpu":  # bf16 on the host: ~19 GiB, checked before anything loads
+            from adapters.host_memory import check_host_memory
+
+            fix = "close other programs, or use a CUDA GPU"
+            check_host_memory(needed, "MiniCPM-o 4.5", parts, fix)
         unit = float(1 << 30)
         return {
             "weights_gib": round(llm / unit, 2),

@@ -197,10 +197,10 @@ def check_memory(device: torch.device, needed: int) -> None:
         where = f"GPU memory in bf16, but {device} has"
         fix = "close other programs on the GPU, or pick another device"
     else:
-        import psutil
+        from adapters.host_memory import host_room
 
-        free = psutil.virtual_memory().available
-        where = "host memory in float32 on the CPU, but this machine has"
+        free, bound = host_room()  # the least of the machine's, ulimit -v's and the cgroup's
+        where = f"host memory in float32 on the CPU, but {bound}"
         fix = "close other programs, use a CUDA GPU, or set the model size to small"
     if free < needed:
         raise CheckpointError(

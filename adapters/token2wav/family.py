@@ -193,6 +193,8 @@ class Token2WavFamily:
         self._seeded(request)
         progress("loading", 0.0)
         size = preset(request.model_size)
+        if request.device == "cpu" and size.name == "full":  # the small one is never large
+            _check_host(request, size, self.declaration)
         flow, hift = _load_models(request, size, progress)
         progress("loading", 0.9)
         declaration = load_declaration(self.declaration)
@@ -265,6 +267,47 @@ class Token2WavFamily:
             warmup["audit"] = audit.totals()
         torch.manual_seed(request.seed)  # the conversation's draws do not depend on the warm-up
         return warmup
+
+
+WORKSPACE_BYTES = 512 << 20  # the activations of one window on the CPU (full size), and slack
+
+
+def _check_host(request: ModelRequest, size: ModelPreset, declaration: str) -> None:
+    """Refuse, before anything is allocated on the CPU, a decoder the host cannot hold: its
+    modules' bytes (built on the meta device: weights, and the stock envelope when loaded), the
+    checkpoint files read while loading, what its plan prices under the arm, a workspace."""
+    import torch
+
+    from adapters.host_memory import check_host_memory
+    from adapters.token2wav.checkpoint import build_flow
+    from adapters.token2wav.config import read_flow_config
+    from adapters.token2wav.hift import build_hift
+    from engine.declaration_io import load_declaration
+    from engine.plan import make_plan
+
+    folder = request.checkpoint
+    try:
+        config = size.flow if folder is None else read_flow_config(folder / "flow.yaml")
+    except CheckpointError as error:
+        raise FamilyError(str(error), "checkpoint") from None
+    with torch.device("meta"):
+        flow = build_flow(config, seed=request.seed, envelope=request.envelope)
+        hift = build_hift(request.seed, size.hift)
+    tensors = [*flow.parameters(), *flow.buffers(), *hift.parameters(), *hift.buffers()]
+    modules = sum(t.numel() * t.element_size() for t in tensors)
+    files = 0 if folder is None else sum(f.stat().st_size for f in folder.glob("*.pt"))
+    price = make_plan(load_declaration(declaration)).price(request.arm)
+    # Without the state rule the plan prices the state at the stock envelope: the flow's own
+    # buffers, counted above; the replay's staging copies come on top.
+    state = price.total_bytes if request.arm.state_rule else price.staging_bytes
+    parts = (
+        f"{gib(modules)} weights{' and stock envelope' if request.envelope else ''}, "
+        f"{gib(files)} checkpoint files while loading, {gib(state)} state under {request.arm}, "
+        f"{gib(WORKSPACE_BYTES)} workspace"
+    )
+    fix = "close other programs, choose the small model size, or use a CUDA GPU"
+    needed = modules + files + state + WORKSPACE_BYTES
+    check_host_memory(needed, f"Token2Wav ({size.name})", parts, fix)
 
 
 def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -> tuple[Any, Any]:

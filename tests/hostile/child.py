@@ -35,26 +35,45 @@ def _prelude(memory: int) -> str:
     """)
 
 
-def run(
-    code: str, *, timeout: float = 60, memory: int = MEMORY_BYTES, cwd: Path | None = None
-) -> Result:
-    """Run Python ``code`` in a bounded child; a timeout fails the test (a hang)."""
-    env = {
+def _env() -> dict[str, str]:
+    return {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": "1",
         "QT_QPA_PLATFORM": "offscreen",
     }
+
+
+def run(
+    code: str, *, timeout: float = 60, memory: int = MEMORY_BYTES, cwd: Path | None = None
+) -> Result:
+    """Run Python ``code`` in a bounded child; a timeout fails the test (a hang)."""
     done = subprocess.run(
         [sys.executable, "-c", _prelude(memory) + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
-        env=env,
+        env=_env(),
         check=False,
     )
     return Result(done.returncode, done.stdout, done.stderr)
+
+
+def start(
+    code: str, *, memory: int = MEMORY_BYTES, cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    """Start Python ``code`` in a bounded child, in a session of its own, and return at once
+    (the caller ends it; its output goes to pipes)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _prelude(memory) + textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=_env(),
+        start_new_session=True,
+    )
 
 
 def cli(
