@@ -1,0 +1,282 @@
+"""Screening for the basic voice's models, part by part, on the spoken question set.
+
+What the cascade hears depends only on the recognizer and the cut; what it answers only on the
+words heard. So candidates are screened apart, each against the same inputs, far faster than
+``bench/basic_cpu.py`` (which runs every model for every question), and the chosen one is then
+measured there:
+
+    python3 bench/basic_screen.py cut --segments /tmp/cuts.npz      # the cascade's cut, once
+    python3 bench/basic_screen.py hear --segments /tmp/cuts.npz --decoding beam5 \
+        --out bench/results/basic_screen.json                       # WER by split, CPU s
+    python3 bench/basic_screen.py reply --gguf FILE --prompt heard --split dev \
+        --out bench/results/basic_screen.json                       # answers right, CPU s
+
+``cut``: every question through ``BasicCascade`` (its VAD, preroll and padding) on a simulated
+clock, with Whisper base, a one-word reply and Piper; it saves the audio of the last recognition
+of each question (the one whose words count). ``hear``: Whisper base (the shipped CTranslate2
+files) with a decoding option on those cuts. ``reply``: a GGUF chat model answering what
+``bench/results/basic_cpu.json`` records the cascade heard (``--heard truth``: the questions'
+own words, the ceiling without mishearing), greedy, through llama.cpp (``xllamacpp``, a prebuilt
+wheel; not a project dependency: ``pip install xllamacpp==2026.10.11549`` to screen), one
+thread; a right answer contains one of the question's words (``Question.correct``). CPU seconds
+are the process's, which a busy machine inflates less than wall time. Each run appends one
+record (with its command, date and the machine's load) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.env_info import environment
+from tests.basic_questions import QUESTIONS, word_error_rate
+
+HEARD = Path(__file__).resolve().parent / "results" / "basic_cpu.json"
+
+# Chats each question continues (system prompt and worked turns), by name. "shipped" is
+# adapters/basic/reply.py's PROMPT; none of the set's questions is among the worked turns.
+_PLAIN = (
+    "You are a friendly voice assistant. Answer every question in one short, correct sentence "
+    "that states the answer plainly."
+)
+_HEARD = (
+    "You are a friendly voice assistant. The user's words come from speech recognition and may "
+    "contain misheard words: answer the question they most likely asked, in one short, correct "
+    "sentence that states the answer plainly."
+)
+_SHOTS = (
+    ("What is the capital of Spain?", "The capital of Spain is Madrid."),
+    ("How many legs does a cat have?", "A cat has four legs."),
+    ("Can you suggest something to drink?", "Try a glass of cold lemonade."),
+)
+_MORE = (
+    *_SHOTS,
+    ("Who painted the Mona Lisa?", "Leonardo da Vinci painted the Mona Lisa."),
+    ("What color is a lemon?", "A lemon is yellow."),
+    ("How many wheels does a car have?", "A car has four wheels."),
+)
+
+
+def _chat(system: str, shots: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    turns = [{"role": "system", "content": system}]
+    for user, assistant in shots:
+        turns += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    return turns
+
+
+PROMPTS = {
+    "shipped": _chat(_PLAIN, _SHOTS),
+    "heard": _chat(_HEARD, _SHOTS),
+    "more": _chat(_PLAIN, _MORE),
+}
+
+DECODINGS: dict[str, dict[str, Any]] = {
+    "greedy": {"beam_size": 1},
+    "beam5": {"beam_size": 5},
+    "prompt": {"beam_size": 1, "initial_prompt": "A question:"},
+    "prompt_q": {"beam_size": 1, "initial_prompt": "Everyday questions to a voice assistant."},
+    "beam5_prompt_q": {
+        "beam_size": 5,
+        "initial_prompt": "Everyday questions to a voice assistant.",
+    },
+}
+
+
+def cut(segments: Path) -> None:
+    """Save the cascade's cut of every question (the audio its last recognition got)."""
+    from adapters.basic.cascade import BasicCascade
+    from adapters.basic.family import PERIOD_S
+    from adapters.basic.hearing import Recognizer
+    from adapters.basic.voice import Voice
+    from bench.basic_cpu import ask
+
+    recognizer = Recognizer(2)
+    calls: list[np.ndarray] = []
+    hear = recognizer.transcribe
+
+    def recording(audio: np.ndarray) -> str:
+        calls.append(np.asarray(audio, dtype=np.float32).copy())
+        return hear(audio)
+
+    recognizer.transcribe = recording  # type: ignore[method-assign]
+
+    class OneWord:
+        def reply(self, question: str, say: Any, cancelled: threading.Event) -> str:
+            say("Okay.")
+            return "Okay."
+
+    cascade = BasicCascade(recognizer, OneWord(), Voice(), period_s=PERIOD_S, realtime=False)
+    cuts = {}
+    for question in QUESTIONS:
+        calls.clear()
+        turn = ask(cascade, question)
+        cuts[f"q{question.index}"] = calls[-1]
+        print(question.index, repr(turn.heard), file=sys.stderr)
+    cascade.close()
+    np.savez(segments, **cuts)  # type: ignore[arg-type]
+
+
+def hear(segments: Path, decoding: str) -> dict[str, Any]:
+    """Whisper base with ``decoding`` on the saved cuts: WER per split, CPU s per question."""
+    from faster_whisper import WhisperModel
+
+    from adapters.basic.hearing import model_files
+
+    cuts = np.load(segments)
+    model = WhisperModel(
+        "whisper-base", device="cpu", compute_type="int8", cpu_threads=2, files=model_files()
+    )
+    heard, cpu = [], []
+    for question in QUESTIONS:
+        began = time.process_time()
+        parts, _ = model.transcribe(
+            cuts[f"q{question.index}"],
+            language="en",
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+            **DECODINGS[decoding],
+        )
+        heard.append(" ".join(part.text.strip() for part in parts).strip())
+        cpu.append(time.process_time() - began)
+    wer = {
+        name: round(
+            word_error_rate(
+                [q.text for q in QUESTIONS if q.split == name],
+                [h for q, h in zip(QUESTIONS, heard, strict=True) if q.split == name],
+            ),
+            4,
+        )
+        for name in ("dev", "test")
+    }
+    return {
+        "what": "hear",
+        "recognizer": "Whisper base int8, 2 threads",
+        "decoding": DECODINGS[decoding] | {"name": decoding},
+        "wer": wer,
+        "cpu_s_p50": round(float(np.median(cpu)), 2),
+        "heard": heard,
+    }
+
+
+def _llama_cpp(gguf: Path, prompt: str, max_tokens: int) -> Any:
+    """Answer a question with ``gguf`` through llama.cpp (greedy, one thread): its reply text."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(gguf)
+    params.n_ctx = 1024
+    params.cpuparams.n_threads = 1
+    params.cpuparams_batch.n_threads = 1
+    server = xllamacpp.Server(params)
+
+    def answer(question: str) -> str:
+        out = server.handle_chat_completions(
+            {
+                "messages": [*PROMPTS[prompt], {"role": "user", "content": question}],
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "top_k": 1,
+                "seed": 0,
+            }
+        )
+        return str(out["choices"][0]["message"]["content"])
+
+    return answer
+
+
+def _shipped() -> Any:
+    """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded."""
+    import torch
+
+    from adapters.basic.reply import Replier
+
+    torch.set_num_threads(1)  # as load_basic sets it
+    replier = Replier()
+    replier.warm_up()
+    return lambda question: replier.reply(question, lambda clause: None, threading.Event())
+
+
+def reply(
+    gguf: Path | None, prompt: str, split: str, heard_from: str, max_tokens: int
+) -> dict[str, Any]:
+    """A reply model on what was heard: answers right, CPU s per reply. ``gguf`` None: the
+    shipped Replier (transformers, its own prompt and limits); else that file through llama.cpp."""
+    began = time.process_time()
+    answer = _shipped() if gguf is None else _llama_cpp(gguf, prompt, max_tokens)
+    load_cpu = time.process_time() - began
+    if heard_from == "truth":
+        heard = {q.index: q.text for q in QUESTIONS}
+    else:
+        heard = {t["index"]: t["heard"] for t in json.loads(HEARD.read_text())["turns"]}
+    asked = [q for q in QUESTIONS if split in ("all", q.split)]
+    turns, cpu = [], []
+    for question in asked:
+        began = time.process_time()
+        said = answer(heard[question.index])
+        cpu.append(time.process_time() - began)
+        right = question.correct(said)
+        turns.append({"heard": heard[question.index], "said": said, "right": right})
+        mark = "ok " if turns[-1]["right"] else "NO "
+        print(f"{mark}{heard[question.index]!r} -> {said!r}", file=sys.stderr)
+    return {
+        "what": "reply",
+        "gguf": "shipped Replier" if gguf is None else gguf.name,
+        "gguf_bytes": None if gguf is None else gguf.stat().st_size,
+        "runtime": "transformers (the shipped Replier), 1 thread"
+        if gguf is None
+        else "llama.cpp (xllamacpp), greedy, 1 thread",
+        "prompt": "shipped" if gguf is None else prompt,
+        "split": split,
+        "heard_from": heard_from,
+        "right": sum(t["right"] for t in turns),
+        "n": len(turns),
+        "load_cpu_s": round(load_cpu, 2),
+        "reply_cpu_s_p50": round(float(np.median(cpu)), 2),
+        "turns": turns,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=("cut", "hear", "reply"))
+    parser.add_argument("--segments", type=Path, help="the cuts' .npz (cut writes, hear reads)")
+    parser.add_argument("--out", type=Path, help="the JSON each run appends its record to")
+    parser.add_argument("--decoding", choices=sorted(DECODINGS), default="greedy")
+    parser.add_argument(
+        "--gguf", type=Path, help="reply: the model file (none: the shipped Replier, as loaded)"
+    )
+    parser.add_argument("--prompt", choices=sorted(PROMPTS), default="shipped")
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    parser.add_argument("--heard", choices=("cascade", "truth"), default="cascade")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    if args.what == "cut":
+        cut(args.segments)
+        return
+    if args.what == "hear":
+        record = hear(args.segments, args.decoding)
+    else:
+        record = reply(args.gguf, args.prompt, args.split, args.heard, args.max_tokens)
+    record["environment"] = environment(" ".join(sys.argv))
+    record["load_average"] = [load_before, os.getloadavg()]
+    summary = {k: record.get(k) for k in ("wer", "right", "n", "cpu_s_p50", "reply_cpu_s_p50")}
+    print(json.dumps(summary), file=sys.stderr)
+    if args.out is not None:
+        runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
+        args.out.write_text(json.dumps({"runs": [*runs, record]}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
