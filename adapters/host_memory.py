@@ -13,7 +13,8 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from adapters.face import FamilyError, gib
+from adapters.face import FamilyError
+from engine.sizes import byte_text
 
 __all__ = ["check_host_memory", "host_room"]
 
@@ -54,7 +55,7 @@ def check_host_memory(needed: int, what: str, parts: str, fix: str) -> None:
     room, bound = host_room()
     if room < needed:
         raise FamilyError(
-            f"{what} needs about {gib(needed)} of host memory on the CPU ({parts}), but {bound} "
-            f"{gib(room)}: {fix}",
+            f"{what} needs about {byte_text(needed)} of host memory on the CPU ({parts}), "
+            f"but {bound} {byte_text(room)}: {fix}",
             "device",
         )

@@ -301,9 +301,10 @@ def _check_host(request: ModelRequest, size: ModelPreset, declaration: str) -> N
     # buffers, counted above; the replay's staging copies come on top.
     state = price.total_bytes if request.arm.state_rule else price.staging_bytes
     parts = (
-        f"{gib(modules)} weights{' and stock envelope' if request.envelope else ''}, "
-        f"{gib(files)} checkpoint files while loading, {gib(state)} state under {request.arm}, "
-        f"{gib(WORKSPACE_BYTES)} workspace"
+        f"{byte_text(modules)} weights{' and stock envelope' if request.envelope else ''}, "
+        f"{byte_text(files)} checkpoint files while loading, "
+        f"{byte_text(state)} state under {request.arm}, "
+        f"{byte_text(WORKSPACE_BYTES)} workspace"
     )
     fix = "close other programs, choose the small model size, or use a CUDA GPU"
     needed = modules + files + state + WORKSPACE_BYTES
