@@ -73,7 +73,8 @@ def test_sigterm_at_any_moment_leaves_whole_files(moment: str, talk: Path, tmp_p
         for name, data in earlier.items():
             (tmp_path / name).write_bytes(data)
     argv = converse_argv(tmp_path, talk, "--seconds", str(PERIODS), "--quiet", "--force")
-    done = run(hook_code(target, nth, argv), timeout=240, cwd=tmp_path)
+    shared = None if periods is None else argv  # a moment after loading: the loaded model
+    done = run(hook_code(target, nth, argv), timeout=240, cwd=tmp_path, shared=shared)
     assert_clean(done)
     assert done.returncode == status, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]

@@ -79,7 +79,8 @@ def test_nothing_is_left_running(tmp_path: Path, case: str) -> None:
         argv = ["demo", "--seconds", "4", "--family", "synthetic", "--device", "cpu"]
         argv += ["--out", str(tmp_path / "demo")]
     code = "import os\nos.setsid()\n" + REPORT.format(signal=sent, argv=argv)
-    done = run(code, cwd=tmp_path, timeout=240)
+    shared = argv if command == "converse" else None  # the model handed over as loaded
+    done = run(code, cwd=tmp_path, timeout=240, shared=shared)
     lines = [line for line in done.stderr.splitlines() if line.startswith("LEFT ")]
     assert lines, done.stderr[-3000:]
     left = json.loads(lines[-1].removeprefix("LEFT "))
