@@ -6,6 +6,8 @@ Each case runs the real command in a child that sends itself SIGTERM at the star
 trace line and its audio, while the outputs close (replacing earlier files), inside the
 Perfetto export, before the CSV export. The signal lands exactly there, every time: no sleeping,
 no racing a timer. What the run must leave is checked by :func:`tests.hostile.whole.assert_whole`.
+A moment after loading is reached on the model handed over as loaded (``shared``, see
+:func:`tests.hostile.child.run`): the run from there on is the command's own.
 """
 
 from __future__ import annotations

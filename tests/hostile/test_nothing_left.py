@@ -7,6 +7,9 @@ to itself at the start of its third period's trace line (exact, no timer). Once 
 the child reports what is still alive in it: Python threads other than the main one (the
 C-stderr forwarder, which lives as long as the process by design, excepted), streams the audio
 package holds open, child processes. After it exits, no process of its session may remain.
+The converse runs are handed their model as loaded (:func:`tests.hostile.child.run`, ``shared``;
+the zygote refuses a load that left a thread); demo loads its own, so what a load starts and
+leaves behind is still looked for.
 """
 
 from __future__ import annotations
