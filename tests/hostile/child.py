@@ -1,17 +1,30 @@
 """Run a command of the project in a child process, bounded in time and memory.
 
 The hostile suite's point is often "no traceback, no hang, no runaway", which only a separate
-process shows: :func:`run` starts ``python -c`` with the worktree first on the path, caps its
-address space with ``RLIMIT_AS`` (set in the child before Python imports anything of ours) and
-its wall time with a timeout, and returns what it printed. :func:`assert_clean` is the common
-verdict: it ended by itself, with no Python traceback on either stream.
+process shows: :func:`run` starts a child with the worktree first on the path, its address
+space capped with ``RLIMIT_AS`` (set before Python imports anything of ours) and its wall time
+with a timeout, and returns what it printed. :func:`assert_clean` is the common verdict: it
+ended by itself, with no Python traceback on either stream.
+
+A child under the usual bound is forked from a zygote (:mod:`tests.hostile.zygote`: one
+process, started once, that has imported torch and the project under that bound and nothing
+else): its own process, exit status, streams, signals and session, as ``python -c`` would
+give, without paying torch's import again (seconds a child on a busy 2-core machine). A child
+under another bound (a smaller one, or one whose peak memory is measured) is a fresh
+``python -c``.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +57,145 @@ def _env() -> dict[str, str]:
     }
 
 
+class _Zygote:
+    """The client of :mod:`tests.hostile.zygote`: one request at a time, one answer a line."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="dc-zygote-"))
+        self.children = 0
+        with open(self.folder / "zygote.err", "w") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _prelude(MEMORY_BYTES) + _SERVE],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                bufsize=0, cwd=ROOT, env=_env(),
+            )  # fmt: skip
+        self.pending = b""
+
+    def ask(self, request: dict[str, object], timeout: float | None = None) -> dict[str, object]:
+        """Send ``request``; its answer within ``timeout`` (else ``TimeoutError``: it is still
+        owed, and :meth:`answer` takes it)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        return self.answer(timeout)
+
+    def answer(self, timeout: float | None = None) -> dict[str, object]:
+        assert self.process.stdout is not None
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(self.process.stdout.fileno(), 4096)
+            if not chunk:
+                errors = (self.folder / "zygote.err").read_text()[-3000:]
+                raise RuntimeError(f"the zygote ended: {errors}")
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        answer: dict[str, object] = json.loads(line)
+        return answer
+
+    def share(self, argv: list[str]) -> None:
+        """Have the zygote load the model ``converse argv`` loads (see its module)."""
+        threads = self.ask({"op": "load", "argv": argv})["threads"]
+        assert threads == 1, f"the load left {threads} threads: a fork would not copy them"
+
+    def fork(self, code: str, cwd: Path | None, session: bool, shared: bool = False) -> Forked:
+        self.children += 1
+        out, err = (self.folder / f"{self.children}.{name}" for name in ("out", "err"))
+        for path in (out, err):
+            path.touch()  # readable at once (:meth:`Forked.output`), written by the child
+        request = {"op": "run", "code": textwrap.dedent(code), "cwd": str(cwd or os.getcwd()),
+                   "stdout": str(out), "stderr": str(err), "session": session,
+                   "shared": shared}  # fmt: skip
+        pid = self.ask(request)["pid"]
+        assert isinstance(pid, int)
+        return Forked(self, pid, out, err)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_SERVE = "from tests.hostile.zygote import serve\nserve()\n"
+_zygote: list[_Zygote] = []  # started at the first forked child, ended with the test process
+
+
+def _the_zygote() -> _Zygote:
+    if not _zygote:
+        _zygote.append(_Zygote())
+        atexit.register(_zygote[0].close)
+    return _zygote[0]
+
+
+class Forked:
+    """A child forked from the zygote, with the part of ``subprocess.Popen``'s ways the suite
+    uses; its streams are files (:meth:`output` reads them at any time), and a wait that times
+    out ends it."""
+
+    def __init__(self, zygote: _Zygote, pid: int, stdout: Path, stderr: Path) -> None:
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+        self.paths = stdout, stderr
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.ask({"op": "wait", "pid": self.pid, "block": False})[
+                "status"
+            ]  # type: ignore[assignment]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                answer = self.zygote.ask({"op": "wait", "pid": self.pid, "block": True}, timeout)
+            except TimeoutError:  # the zygote still waits: end the child, take its answer
+                os.kill(self.pid, signal.SIGKILL)
+                self.returncode = self.zygote.answer()["status"]  # type: ignore[assignment]
+                raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout) from None
+            self.returncode = answer["status"]  # type: ignore[assignment]
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:  # not reaped yet: the pid is still the child's
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def output(self) -> tuple[str, str]:
+        """What it has printed so far: (stdout, stderr)."""
+        stdout, stderr = (path.read_text(errors="replace") for path in self.paths)
+        return stdout, stderr
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output()
+
+
 def run(
-    code: str, *, timeout: float = 60, memory: int = MEMORY_BYTES, cwd: Path | None = None
+    code: str,
+    *,
+    timeout: float = 60,
+    memory: int = MEMORY_BYTES,
+    cwd: Path | None = None,
+    shared: list[str] | None = None,
 ) -> Result:
-    """Run Python ``code`` in a bounded child; a timeout fails the test (a hang)."""
+    """Run Python ``code`` in a bounded child; a timeout fails the test (a hang).
+    ``shared``: a ``converse`` command line whose model the child is handed as loaded (the
+    zygote's, see :mod:`tests.hostile.zygote`) instead of loading it again."""
+    if memory == MEMORY_BYTES:
+        zygote = _the_zygote()
+        if shared is not None:
+            zygote.share(shared)
+        child = zygote.fork(code, cwd, session=False, shared=shared is not None)
+        try:
+            stdout, stderr = child.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(
+                f"forked child {child.pid}", timeout, *child.communicate()
+            ) from None
+        return Result(child.wait(), stdout, stderr)
     done = subprocess.run(
         [sys.executable, "-c", _prelude(memory) + textwrap.dedent(code)],
         capture_output=True,
@@ -60,11 +208,21 @@ def run(
     return Result(done.returncode, done.stdout, done.stderr)
 
 
-def start(
+def start(code: str, *, cwd: Path | None = None, shared: list[str] | None = None) -> Forked:
+    """Start Python ``code`` in a bounded child (forked), in a session of its own, and return
+    at once (the caller ends it; its output is read once it has ended); ``shared`` as for
+    :func:`run`."""
+    zygote = _the_zygote()
+    if shared is not None:
+        zygote.share(shared)
+    return zygote.fork(code, cwd, session=True, shared=shared is not None)
+
+
+def start_fresh(
     code: str, *, memory: int = MEMORY_BYTES, cwd: Path | None = None
 ) -> subprocess.Popen[str]:
-    """Start Python ``code`` in a bounded child, in a session of its own, and return at once
-    (the caller ends it; its output goes to pipes)."""
+    """Start Python ``code`` in a fresh bounded child, in a session of its own, and return at
+    once (the caller ends it; its output goes to pipes, read as it comes)."""
     return subprocess.Popen(
         [sys.executable, "-c", _prelude(memory) + textwrap.dedent(code)],
         stdout=subprocess.PIPE,

@@ -21,7 +21,7 @@ import soundfile
 
 from app.demo import write_talk
 from engine.trace import read_trace
-from tests.hostile.child import ROOT, assert_clean, cli, run
+from tests.hostile.child import ROOT, Forked, assert_clean, cli, run, start
 from tests.hostile.whole import assert_whole, converse_argv
 
 RATE_OUT = 24_000  # the assistant's rate (Token2Wav)
@@ -33,19 +33,18 @@ def talk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_talk(tmp_path_factory.mktemp("talk") / "talk.wav", 600)
 
 
-def start_converse(folder: Path, talk: Path, *extra: str) -> subprocess.Popen[str]:
-    """The command on ``talk``, outputs in ``folder/run``, stderr in ``folder/stderr.txt``."""
+def start_converse(folder: Path, talk: Path, *extra: str, loaded: bool = True) -> Forked:
+    """The command on ``talk`` in a child, outputs in ``folder/run`` (``loaded``: the model
+    handed over as loaded, :func:`tests.hostile.child.run`)."""
     (folder / "run").mkdir()
     argv = converse_argv(folder / "run", talk, *extra)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    with open(folder / "stderr.txt", "w") as stderr:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *argv],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=folder,
-        )  # fmt: skip
+    code = f"from app.cli import main\nsys.exit(main({argv!r}))"
+    return start(code, cwd=folder, shared=argv if loaded else None)
 
 
-def wait_until(done: Callable[[], bool], process: subprocess.Popen[str], what: str) -> None:
+def wait_until(
+    done: Callable[[], bool], process: Forked | subprocess.Popen[str], what: str
+) -> None:
     """Poll ``done`` until it holds; fail if the run ends first or within 120 s it does not."""
     deadline = time.monotonic() + 120
     while not done():
@@ -82,8 +81,7 @@ def test_sigterm_from_another_process_ends_a_run_like_ctrl_c(tmp_path: Path, tal
     run_dir = tmp_path / "run"
     wait_until(periods_in(run_dir / "t.jsonl", 3), process, "3 periods")
     process.send_signal(signal.SIGTERM)
-    stdout, _ = process.communicate(timeout=60)
-    stderr = (tmp_path / "stderr.txt").read_text()
+    stdout, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr, stderr[-3000:]
     assert process.returncode == 143, stderr[-3000:]
     assert "terminated (SIGTERM)" in stderr and "Ctrl-C" not in stderr, stderr[-3000:]
@@ -97,12 +95,10 @@ def test_sigterm_from_another_process_ends_a_run_like_ctrl_c(tmp_path: Path, tal
 
 
 def test_ctrl_c_while_loading_is_one_line(tmp_path: Path, talk: Path) -> None:
-    process = start_converse(tmp_path, talk)  # progress on: "loading" shows on stderr
-    stderr_file = tmp_path / "stderr.txt"
-    wait_until(lambda: "loading" in stderr_file.read_text(), process, "loading began")
+    process = start_converse(tmp_path, talk, loaded=False)  # progress on: "loading" shows
+    wait_until(lambda: "loading" in process.output()[1], process, "loading began")
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=60)
-    stderr = stderr_file.read_text()
+    _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr, stderr[-3000:]
     assert process.returncode in (0, 130), stderr[-3000:]  # 0: it had finished loading
     if process.returncode == 130:

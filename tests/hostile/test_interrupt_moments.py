@@ -6,6 +6,8 @@ Each case runs the real command in a child that sends itself SIGTERM at the star
 trace line and its audio, while the outputs close (replacing earlier files), inside the
 Perfetto export, before the CSV export. The signal lands exactly there, every time: no sleeping,
 no racing a timer. What the run must leave is checked by :func:`tests.hostile.whole.assert_whole`.
+A moment after loading is reached on the model handed over as loaded (``shared``, see
+:func:`tests.hostile.child.run`): the run from there on is the command's own.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def test_sigterm_at_any_moment_leaves_whole_files(moment: str, talk: Path, tmp_p
         for name, data in earlier.items():
             (tmp_path / name).write_bytes(data)
     argv = converse_argv(tmp_path, talk, "--seconds", str(PERIODS), "--quiet", "--force")
-    done = run(hook_code(target, nth, argv), timeout=240, cwd=tmp_path)
+    shared = None if periods is None else argv  # a moment after loading: the loaded model
+    done = run(hook_code(target, nth, argv), timeout=240, cwd=tmp_path, shared=shared)
     assert_clean(done)
     assert done.returncode == status, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]

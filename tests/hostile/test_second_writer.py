@@ -20,7 +20,7 @@ from app.converse import ConverseError, ConverseRequest, check_request
 from app.demo import write_talk
 from app.outputs import OutputsError, check_outputs
 from app.settings import Settings
-from tests.hostile.child import one_line_error, run, start
+from tests.hostile.child import one_line_error, run, start, start_fresh
 
 # The first run: real synth, held in its loader (it has claimed its outputs by then).
 HELD_IN_LOADER = """
@@ -91,7 +91,7 @@ with claim(pathlib.Path({path!r})):
 @pytest.fixture
 def held(tmp_path: Path) -> Iterator[None]:
     """A claim on ``tmp_path/o.wav`` held by another process, as a run that is loading."""
-    holder = start(HOLD.format(path=str(tmp_path / "o.wav")), memory=1 << 30)
+    holder = start_fresh(HOLD.format(path=str(tmp_path / "o.wav")), memory=1 << 30)
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     yield
     holder.kill()
