@@ -48,6 +48,7 @@ __all__ = [
     "has_speech_decoder",
     "session_source",
     "speech_decoder",
+    "voice_seconds",
 ]
 
 Progress = Callable[[str, float], None]  # (stage: "loading" | "capture" | ..., fraction 0..1)
@@ -248,3 +249,13 @@ def speech_decoder(face: Family, request: ModelRequest, progress: Progress) -> A
 def has_speech_decoder(face: Family) -> bool:
     """Whether :func:`speech_decoder` serves ``face`` (torch-free)."""
     return callable(getattr(face, "load_speech", None))
+
+
+def voice_seconds(face: Family) -> tuple[float, float] | None:
+    """The shortest and longest voice recording ``face`` takes, in seconds, from its declaration
+    (torch-free); None where it takes no recording."""
+    seconds = getattr(face, "voice_seconds", None)
+    if seconds is None:
+        return None
+    limits: tuple[float, float] = seconds()
+    return limits

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from adapters.face import voice_seconds
 from adapters.registry import DEFAULT_FAMILY, FALLBACK_FAMILY, family, family_keys
 from app.interrupts import Terminated
 from app.plan_report import render_plan
@@ -120,9 +121,18 @@ def _windows(key: str) -> tuple[int, int, float, float]:
     return values["tokens_per_call"], stride, seconds, khz
 
 
+def _voice_seconds(key: str) -> tuple[float, float]:
+    """The shortest and longest voice recording family ``key`` takes (its face says)."""
+    seconds = voice_seconds(family(key))
+    assert seconds is not None, f"family {key} takes a voice recording"
+    return seconds
+
+
 def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     window, stride, seconds, khz = _windows("synthetic")
     lychee_window, lychee_stride, _, _ = _windows("lycheefd")
+    shortest, longest = _voice_seconds("synthetic")
+    _, lychee_longest = _voice_seconds("lycheefd")
     parser = subparsers.add_parser(
         "synth",
         help="stream speech tokens through Token2Wav under an arm; write a WAV and a trace",
@@ -138,7 +148,8 @@ def _add_synth(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--prompt-wav",
         type=Path,
         metavar="F",
-        help="the voice of a recording (1 to 16.88 s; needs --checkpoint with its ONNX models)",
+        help=f"the voice of a recording ({shortest:g} to {longest:.2f} s, Lychee-FD's to "
+        f"{lychee_longest:.2f} s; needs --checkpoint with its ONNX models)",
     )
     parser.add_argument("--seconds", type=int, default=10, help="seconds of audio (default 10)")
     parser.add_argument("--arm", default="SRc", help="eager, S, R, Rc, SR or SRc (default SRc)")
@@ -254,10 +265,11 @@ def _add_converse(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         "--family", choices=family_keys(), help=FAMILY_HELP,
     )  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, metavar="DIR", help="the family's model folder")
+    shortest, longest = _voice_seconds("personaplex")
     parser.add_argument(
         "--voice", metavar="NAME|FILE",
         help="personaplex: a voice of --checkpoint by name (NATF0-3, NATM0-3, VARF0-4, VARM0-4; "
-        "default NATF2), a stored voice (.pt) or a recording (0.5-30 s)",
+        f"default NATF2), a stored voice (.pt) or a recording ({shortest:g}-{longest:g} s)",
     )  # fmt: skip
     parser.add_argument(
         "--role", metavar="TEXT",

@@ -11,8 +11,9 @@ Outputs: the JSONL trace (one fsynced line per period, beside ``--trace`` with `
 exported at the end to Perfetto JSON (``--trace``) and CSV (same stem, ``.csv``), and, where the
 family says text (a recognizer for the user's side, words for the assistant's), the transcript
 ``<stem>.transcript.txt`` (:func:`app.transcript.write_beside`, as the desktop app writes it); with
-``--record-audio DIR`` the two channels as ``DIR/mic.wav`` (16 kHz) and ``DIR/assistant.wav``
-(24 kHz), period-aligned. A summary JSON goes to stdout, progress to stderr.
+``--record-audio DIR`` the two channels as ``DIR/mic.wav`` (the model's input rate) and
+``DIR/assistant.wav`` (its output rate), period-aligned. A summary JSON goes to stdout, progress
+to stderr.
 
 Nothing is lost, nothing clobbered: every output is checked before the models load
 (:func:`app.outputs.check_outputs`: not the input, not an existing file without ``--force``,

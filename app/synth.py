@@ -4,7 +4,8 @@ One native period is one steady window's stride (MiniCPM-o: a 28-token window, 2
 lookahead, one second) through the flow, then the vocoder, both under the arm; a final call with
 ``last_chunk=True`` flushes the lookahead. Each period is timed, its replay counters (flow and
 vocoder operators) and memory recorded, and appended to a JSONL trace flushed every period; at
-the end the trace is exported to a Perfetto/Chrome JSON and the audio written as a 24 kHz WAV.
+the end the trace is exported to a Perfetto/Chrome JSON and the audio written as a WAV at the
+decoder's output rate.
 Without ``--checkpoint`` the weights are seeded random: the audio is not speech, it proves the
 pipeline and its cadence.
 

@@ -191,7 +191,8 @@ def transcribe_answer(cascade: BasicCascade, turn: Turn) -> str:
     """The answer's audio through the cascade's recognizer (call it while no turn is running)."""
     if turn.audio.size == 0:
         return ""
-    return cascade.recognizer.transcribe(soxr.resample(turn.audio, cascade.output_rate, 16000))
+    heard = soxr.resample(turn.audio, cascade.output_rate, cascade.recognizer.rate)
+    return cascade.recognizer.transcribe(heard)
 
 
 def percentiles(values: list[float]) -> dict[str, float | int | None]:

@@ -28,9 +28,10 @@ new voice; every level records each lane's graph pool (reserved and allocated, `
 
 Workloads. Token2Wav (``synthetic``, MiniCPM-o 4.5's decoder): every session speaks every
 period (with one of ``--voices`` voices, 0: a voice each), as a speaking MiniCPM-o unit does: a
-turn's first period 28 tokens, then 25 a period, a barge-in turn end every ``--turn`` periods
-(the lookahead alone, then a reset), cut into calls by the declaration's windower; tokens seeded
-per session and period. Moshi: the period model
+turn's first period the declaration's period tokens and its lookahead (28), then its period
+tokens (25) a period, a barge-in turn end every ``--turn`` periods (the lookahead alone, then a
+reset), cut into calls by the declaration's windower; tokens seeded per session and period,
+from the declaration's vocabulary. Moshi: the period model
 (``MoshiPeriods``) on seeded noise per session, sampling on; odd sessions reset mid-level.
 
 Baseline (``--baseline``): one process per session (each loads the weights and opens one
@@ -63,8 +64,7 @@ from adapters.token2wav.family import SYNTHETIC
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.multiplex import Capacity, Done, Multiplexer, SessionRng
-
-MIB = 1 << 20
+from engine.sizes import MIB
 
 
 def _quiet(stage: str, fraction: float) -> None:
@@ -132,12 +132,14 @@ class Token2WavLoad:
         return Token2WavSession(speech), None, info
 
     def payloads(self, seed: int, periods: int) -> list[Any]:
+        values = self.source.declaration.values()
+        period, first = values["period_tokens"], values["period_tokens"] + values["lookahead"]
         out = []
         for k in range(periods):
             g = torch.Generator().manual_seed(seed * 100_003 + k)
             j = k % self.turn
-            n = 0 if j == self.turn - 1 else 28 if j == 0 else 25
-            tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32)
+            n = 0 if j == self.turn - 1 else first if j == 0 else period
+            tokens = torch.randint(0, values["vocab"], (1, n), generator=g, dtype=torch.int32)
             out.append((tokens.to(self.device), j == self.turn - 1))
         return out
 

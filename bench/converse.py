@@ -41,8 +41,7 @@ from bench.env_info import environment
 from engine.arms import ARMS, Arm
 from engine.cadence import percentile, replay_totals
 from engine.duplex import PeriodOutcome
-
-MIB = 2**20
+from engine.sizes import MIB
 
 
 def make_talk() -> None:

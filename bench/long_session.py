@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from app.demo import write_talk  # noqa: E402
 from bench.env_info import environment  # noqa: E402
+from engine.sizes import MIB  # noqa: E402
 
-MIB = 2**20
 BOUND_BYTES = 600 * 10**6  # issue 12: "a 2-hour headless conversation stays under 600 MB"
 SETTLE_PERIODS = 60  # the first minute of conversation: loading and warm-up are behind it
 

@@ -76,6 +76,7 @@ from bench.minicpmo45_exact import exact, extent_cost, vendor_agreement
 from engine.arms import Arm
 from engine.duplex import DuplexLoop, PeriodOutcome
 from engine.metrics import Metrics
+from engine.sizes import MIB
 
 VOCAB = 151748  # the released tokenizer's ids (vocab.json + added tokens) end at 151747
 SIZES: dict[str, dict[str, Any]] = {
@@ -398,8 +399,8 @@ class Session:
             ),
         }
         if self.cuda:
-            figures["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
-            figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / 2**20)
+            figures["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / MIB)
+            figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / MIB)
         if self.rules is not None and callable(getattr(self.rules, "stats", None)):
             stats = self.rules.stats()
             figures["rules"] = {

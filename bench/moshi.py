@@ -51,8 +51,8 @@ from bench.env_info import environment
 from engine.arms import ARMS, Arm
 from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
+from engine.sizes import MIB
 
-MIB = 1 << 20
 KERNEL_SETS = ("pinned", "default", "efficient", "math")
 Frame = tuple[torch.Tensor, torch.Tensor | None]  # tokens, speech (on the CPU)
 

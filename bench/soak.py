@@ -32,8 +32,7 @@ from app.settings import Settings
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.metrics import memory_stats
-
-MIB = 2**20
+from engine.sizes import MIB
 
 
 def rss_mib() -> float:

@@ -1,9 +1,11 @@
 """Token2Wav flow benchmark: every arm against eager, interleaved, plus the vendor's own paths.
 
-    python3 bench/token2wav.py OUT_DIR [--chunks 200] [--turn 10] [--prompt-tokens 151]
+    python3 bench/token2wav.py OUT_DIR [--chunks 200] [--turn 10] [--prompt-tokens N]
 
-On one GPU, fp32, seeded random weights at the released sizes, P = 2 × prompt tokens, 28-token
-windows at a 25-token stride, 10 solver steps, retention prompt + 100. One chunk = the flow's
+On one GPU, fp32, seeded random weights at the released sizes, at MiniCPM-o 4.5's declared
+operating point (the result's ``operating_point``: P = 2 × prompt tokens, by default the
+declaration's voice, 28-token windows at a 25-token stride, 10 solver steps, retention prompt +
+100). One chunk = the flow's
 ``inference_chunk`` plus both cache trims (the vocoder is not in it, as in ANCHORS.md).
 
 - latency: after ``--warm-turns`` turns of warm-up (captures), ``--chunks`` steady chunks in turns
@@ -36,6 +38,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -43,17 +46,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.token2wav.binding import bind_flow
+from adapters.token2wav.binding import FlowBinding, bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
-from adapters.token2wav.prompt import prompt_limits, random_voice
+from adapters.token2wav.declared import flow_declaration
+from adapters.token2wav.prompt import random_voice
 from adapters.token2wav.stream import FlowStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
 from engine.cadence import percentile
-from engine.declaration_io import load_declaration
 from engine.replay import ReplayEngine
+from engine.sizes import MIB
 
-MIB = 2**20
+FAMILY = "minicpmo45"  # MiniCPM-o 4.5's decoder
+VALUES = flow_declaration(FAMILY).values()  # its declared operating point
+
+
+def binding(prompt_tokens: int) -> FlowBinding:
+    """The flow's binding for a voice of ``prompt_tokens`` tokens."""
+    return bind_flow(FAMILY, VALUES["frames_per_token"] * prompt_tokens)
 
 
 def voice(
@@ -61,27 +71,40 @@ def voice(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The family's seeded random voice of ``prompt_tokens`` tokens (its loader's draws, from
     ``manual_seed(seed)``): tokens, mel, x-vector."""
-    limits = prompt_limits("minicpmo45")
-    prompt = random_voice(limits.frames_per_token * prompt_tokens, seed - 1, device)
+    prompt = random_voice(VALUES["frames_per_token"] * prompt_tokens, seed - 1, device, FAMILY)
     return prompt.tokens, prompt.mel, prompt.spk
 
 
 def windows(count: int, seed: int = 2, device: str = "cuda") -> list[torch.Tensor]:
     """``count`` steady windows of seeded random tokens, as wide and from the vocabulary the
     declaration states."""
-    values = load_declaration("minicpmo45_token2wav").values()
     g = torch.Generator().manual_seed(seed)
-    shape = (1, values["tokens_per_call"])
+    shape = (1, VALUES["tokens_per_call"])
     return [
-        torch.randint(0, values["vocab"], shape, generator=g, dtype=torch.int32).to(device)
+        torch.randint(0, VALUES["vocab"], shape, generator=g, dtype=torch.int32).to(device)
         for _ in range(count)
     ]
 
 
 def make_stream(flow: Any, prompt: tuple, arm: Arm, replay: ReplayEngine) -> FlowStream:
     tokens, mel, spk = prompt
-    binding = bind_flow("minicpmo45", mel.shape[1])
-    return FlowStream(flow, tokens, mel, spk, binding=binding, arm=arm, replay=replay)
+    bound = bind_flow(FAMILY, mel.shape[1])
+    return FlowStream(flow, tokens, mel, spk, binding=bound, arm=arm, replay=replay)
+
+
+def vendor_prompt(
+    flow: Any, tokens: torch.Tensor, mel: torch.Tensor, spk: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], SimpleNamespace]:
+    """The vendor's prompt cache (its ``setup_cache`` on the prompt's tokens and their first
+    lookahead tokens again, as minicpmo-utils' Token2wav does) and the state its trims read (a
+    copy of that cache as ``stream_cache``, the conformer's history frames)."""
+    bound = bind_flow(FAMILY, mel.shape[1])
+    ahead = tokens[:, : bound.lookahead]
+    prompt = flow.setup_cache(torch.cat([tokens, ahead], dim=1), mel, spk)
+    prompt = {k: v.clone() for k, v in prompt.items()}
+    state = SimpleNamespace(flow=flow, CONFORMER_HISTORY_FRAMES=bound.conformer.history)
+    state.stream_cache = {k: v.clone() for k, v in prompt.items()}
+    return prompt, state
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -241,12 +264,21 @@ def peak_ratios(result: dict[str, Any]) -> None:
             row["peak_vs_vendor_eager"] = round(peak / vendor, 3)
 
 
+def add_prompt_tokens(parser: argparse.ArgumentParser) -> None:
+    """``--prompt-tokens``: the voice's length, by default the declaration's voice."""
+    default = VALUES["f_prompt"] // VALUES["frames_per_token"]
+    parser.add_argument(
+        "--prompt-tokens", type=int, default=default,
+        help=f"the voice's tokens (default {default}: the declaration's f_prompt)",
+    )  # fmt: skip
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """The operating point and stream shape shared by this script, its children and the peers."""
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--turn", type=int, default=10)
     parser.add_argument("--warm-turns", type=int, default=3)
-    parser.add_argument("--prompt-tokens", type=int, default=151)
+    add_prompt_tokens(parser)
     parser.add_argument("--memory-chunks", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compile-chunks", type=int, default=13)
@@ -289,12 +321,13 @@ def main() -> None:
     assert args.out is not None, "give OUT_DIR"
     command = "python3 bench/token2wav.py " + " ".join(sys.argv[1:])
     result: dict[str, Any] = {**environment(command)}
+    point = binding(args.prompt_tokens)
     result["operating_point"] = {
-        "prompt_frames": 2 * args.prompt_tokens,
-        "tokens_per_call": 28,
-        "stride_tokens": 25,
-        "n_steps": 10,
-        "retained": 100,
+        "prompt_frames": point.prompt_frames,
+        "tokens_per_call": point.values["tokens_per_call"],
+        "stride_tokens": point.stride_tokens,
+        "n_steps": point.n_steps,
+        "retained": point.values["f_retained"],
         "dtype": "float32",
         "chunks": args.chunks,
         "turn": args.turn,

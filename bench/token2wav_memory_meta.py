@@ -3,7 +3,8 @@
     python3 bench/token2wav_memory_meta.py --arm eager|S|vendor [--chunks 6] [--turn 4]
 
 The model is built at the released sizes on the CPU, moved to the ``meta`` device (shapes only,
-no arithmetic) and streamed at the benchmark's operating point (P = 302, 28-token windows) under
+no arithmetic) and streamed at the declaration's operating point (its default voice's prompt
+length P, its steady windows; the family's seeded random voice, as the benchmark's) under
 ``tests.live_bytes.LiveBytes``: the bytes the CUDA allocator would count as allocated, in the
 memory phase's scope (weights included, peak reset once they are loaded). ``vendor`` streams
 minicpmo-utils 1.0.7's flow with its own trims, as ``bench/token2wav_peers.py`` does. A few
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -26,11 +26,12 @@ from adapters.token2wav import stock
 from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stream import FlowStream
+from bench.token2wav import FAMILY, VALUES, add_prompt_tokens, vendor_prompt, voice
 from engine.arms import Arm
 from engine.replay import ReplayEngine
+from engine.sizes import MIB
 from tests.live_bytes import LiveBytes
 
-MIB = 2**20
 META = "meta"
 
 
@@ -45,7 +46,7 @@ def main() -> None:
     parser.add_argument("--arm", default="eager", help="an arm without replay, or vendor")
     parser.add_argument("--chunks", type=int, default=6)
     parser.add_argument("--turn", type=int, default=4)
-    parser.add_argument("--prompt-tokens", type=int, default=151)
+    add_prompt_tokens(parser)
     args = parser.parse_args()
     stock.StockStream._owned = _owned  # type: ignore[method-assign]
     vendor = args.arm == "vendor"
@@ -56,12 +57,8 @@ def main() -> None:
         from tests.oracle.vendor import vendor_flow, vendor_token2wav
 
         flow, hift, trims = vendor_flow(flow).to(META), hift.to(META), vendor_token2wav()
-    g = torch.Generator().manual_seed(1)
-    n = args.prompt_tokens
-    tokens = torch.randint(0, 6561, (1, n), generator=g, dtype=torch.int32).to(META)
-    mel = torch.randn(1, 2 * n, 80, generator=g).to(META)
-    spk = torch.randn(1, 192, generator=g).to(META)
-    window = torch.zeros(1, 28, dtype=torch.int32, device=META)
+    tokens, mel, spk = voice(args.prompt_tokens, device=META)
+    window = torch.zeros(1, VALUES["tokens_per_call"], dtype=torch.int32, device=META)
     live = LiveBytes()
     for module in (flow, hift):
         for tensor in (*module.parameters(), *module.buffers()):
@@ -72,12 +69,9 @@ def main() -> None:
     # no_grad (a stream's regions are ordinary tensors; its chunks enter inference_mode).
     with live, torch.inference_mode() if vendor else torch.no_grad():
         if vendor:
-            prompt = flow.setup_cache(torch.cat([tokens, tokens[:, :3]], dim=1), mel, spk)
-            prompt = {k: v.clone() for k, v in prompt.items()}
-            state = SimpleNamespace(flow=flow, CONFORMER_HISTORY_FRAMES=100)
-            state.stream_cache = {k: v.clone() for k, v in prompt.items()}
+            prompt, state = vendor_prompt(flow, tokens, mel, spk)
         else:
-            binding = bind_flow("minicpmo45", mel.shape[1])
+            binding = bind_flow(FAMILY, mel.shape[1])
             replay = ReplayEngine(META, enabled=False)
             stream = FlowStream(flow, tokens, mel, spk, binding=binding, arm=arm, replay=replay)
         held = live.current - weights

@@ -18,7 +18,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -28,7 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.checkpoint import load_token2wav
 from adapters.token2wav.stock import StockStream
-from bench.token2wav import MIB, add_common_args, percentiles, timed, voice, windows
+from bench.token2wav import (
+    FAMILY,
+    MIB,
+    add_common_args,
+    percentiles,
+    timed,
+    vendor_prompt,
+    voice,
+    windows,
+)
 from tests.oracle.vendor import vendor_flow, vendor_token2wav
 
 BUCKET, PADDED = 50, 500
@@ -92,7 +100,7 @@ class ReplayCount:
 def reference_mels(flow: Any, args: argparse.Namespace, count: int) -> list[torch.Tensor]:
     """Our eager stream's mels for the benchmark's token stream (kept on the CPU)."""
     tokens, mel, spk = voice(args.prompt_tokens)
-    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow("minicpmo45", mel.shape[1]))
+    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow(FAMILY, mel.shape[1]))
     mels = []
     with torch.no_grad():
         for i, chunk in enumerate(windows(count)):
@@ -130,10 +138,7 @@ def vendor_stream(args: argparse.Namespace, graphs: bool) -> dict[str, Any]:
     weights = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     with torch.inference_mode():
-        prompt = theirs.setup_cache(torch.cat([tokens, tokens[:, :3]], dim=1), mel, spk)
-        prompt = {k: v.clone() for k, v in prompt.items()}
-        vendor = SimpleNamespace(stream_cache=None, flow=theirs, CONFORMER_HISTORY_FRAMES=100)
-        vendor.stream_cache = {k: v.clone() for k, v in prompt.items()}
+        prompt, vendor = vendor_prompt(theirs, tokens, mel, spk)
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated() - weights
         times, exact = [], 0
@@ -171,7 +176,7 @@ def compiled_stream(args: argparse.Namespace) -> dict[str, Any]:
     dit.forward_chunk = torch.compile(dit.forward_chunk, mode="reduce-overhead")
     tokens, mel, spk = voice(args.prompt_tokens)
     torch.cuda.reset_peak_memory_stats()
-    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow("minicpmo45", mel.shape[1]))
+    stream = StockStream(flow, tokens, mel, spk, binding=bind_flow(FAMILY, mel.shape[1]))
     times, exact, compile_s = [], 0, 0.0
     with torch.no_grad():
         for i, chunk in enumerate(windows(args.compile_chunks)):

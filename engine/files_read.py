@@ -28,6 +28,8 @@ import stat
 from pathlib import Path, PurePath
 from typing import Any
 
+from engine.sizes import MIB
+
 __all__ = [
     "JSON_BYTES",
     "JSON_DEPTH",
@@ -38,7 +40,7 @@ __all__ = [
     "read_limited",
 ]
 
-JSON_BYTES = 1 << 20  # 1 MiB: a released model's config.json is a few KB
+JSON_BYTES = MIB  # 1 MiB: a released model's config.json is a few KB
 JSON_DEPTH = 64  # nested objects/arrays; a released config nests 4
 JSON_DIGITS = 30  # digits of one JSON number; a size, an id or a float's digits are far fewer
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -92,6 +92,7 @@ import numpy as np
 import torch
 
 from engine.graph_lane import GraphLane, on_lane
+from engine.sizes import byte_text
 
 __all__ = [
     "AdmissionRefused",
@@ -418,9 +419,9 @@ class Multiplexer:
             free = torch.cuda.mem_get_info(self.device)[0]
             if free < state_bytes:
                 raise AdmissionRefused(
-                    f"session refused: it needs {state_bytes / 2**20:.0f} MiB of state, "
-                    f"{free / 2**20:.0f} MiB are free on {self.device}; end a session or route "
-                    "it to another replica"
+                    f"session refused: it needs {byte_text(state_bytes, 'MiB', 0)} of state, "
+                    f"{byte_text(free, 'MiB', 0)} are free on {self.device}; end a session or "
+                    "route it to another replica"
                 )
         if self.lanes > 1 or not self._sessions:
             return

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from engine.files_read import FileRefused, read_limited
+from engine.sizes import MIB
 
 __all__ = [
     "MAX_BYTES",
@@ -39,7 +40,7 @@ __all__ = [
     "read_yaml",
 ]
 
-MAX_BYTES = 1 << 20  # 1 MiB: the largest shipped YAML is ~10 KB
+MAX_BYTES = MIB  # 1 MiB: the largest shipped YAML is ~10 KB
 MAX_DEPTH = 64  # nested mappings/sequences; the deepest shipped document nests 8
 MAX_NODES = 100_000  # values with every alias expanded; the largest shipped document has ~2,000
 MAX_DIGITS = 30  # characters of one integer scalar; the largest shipped one has 8

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from adapters.token2wav.binding import CARRY_REGION
+from adapters.token2wav.declared import CARRY_REGION
 from adapters.token2wav.stream import FlowStream
 from engine.arms import ARMS, Arm
 from engine.audit import AuditError, Auditor, Divergence

@@ -52,3 +52,32 @@ def test_malformed_trace_path_is_refused_before_any_work(
     argv = ["synth", "--voice-frames", "20", "--device", "cpu", "--wav", str(tmp_path / "x.wav")]
     assert main([*argv, "--trace", str(trace)]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_the_help_quotes_the_declared_voice_limits_without_torch() -> None:
+    """``synth --help`` reads the voice prompt's limits from the declarations (as the prompt's
+    check does), and building the command line imports no torch."""
+    import os
+    import subprocess
+    import sys
+
+    from adapters.token2wav.voice_limits import max_prompt_seconds
+
+    code = (
+        "import contextlib, io, sys\n"
+        "from app.cli import build_parser\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        "    build_parser().parse_args(['synth', '--help'])\n"
+        "assert 'torch' not in sys.modules, 'the command line imported torch'\n"
+        "print(out.getvalue())\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = " ".join(done.stdout.split())
+    minicpmo, lychee = max_prompt_seconds("minicpmo45"), max_prompt_seconds("lycheefd")
+    assert f"(1 to {minicpmo:.2f} s, Lychee-FD's to {lychee:.2f} s;" in words

@@ -25,7 +25,9 @@ import soundfile
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from adapters.token2wav.binding import bind_flow
 from adapters.token2wav.config import CheckpointError
+from adapters.token2wav.declared import flow_declaration
 from adapters.token2wav.features import (
     kaldi_fbank,
     prompt_mel,
@@ -313,6 +315,18 @@ def test_the_longest_prompt_fills_the_envelope_and_no_more(tmp_path: Path) -> No
     soundfile.write(path, np.zeros(longest + 1, "f4"), 16_000, subtype="PCM_16")
     with pytest.raises(PromptError, match=r"846 mel frames; cut it to at most 16.88 s"):
         check_prompt_wav(path)
+
+
+@pytest.mark.parametrize("family", ["minicpmo45", "lycheefd"])
+def test_the_torch_free_limits_agree_with_the_flows_binding(family: str) -> None:
+    """voice_limits reads the plan without torch (the command line's help quotes it); what it
+    adds to a prompt is what the flow's binding sizes the carry by."""
+    limits = prompt_limits(family)
+    binding = bind_flow(family, flow_declaration(family).values()["f_prompt"])
+    assert limits.retained == binding.carry.prompt
+    assert limits.retained + limits.call_frames == binding.capacity - binding.prompt_frames
+    assert limits.frames_per_token == binding.frames_per_token
+    assert limits.min_frames == binding.frames_per_token * binding.lookahead
 
 
 @pytest.mark.parametrize("rate", [16_000, 44_100])

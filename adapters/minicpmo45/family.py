@@ -47,7 +47,7 @@ from adapters.face import (
 from adapters.minicpmo45.folder import check_folder, weight_bytes
 from adapters.token2wav.family import SYNTHETIC
 from engine.arms import switchable_arms
-from engine.sizes import byte_text
+from engine.sizes import GIB, byte_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -217,11 +217,10 @@ class MiniCPMO45Family:
 
             fix = "close other programs, or use a CUDA GPU"
             check_host_memory(needed, "MiniCPM-o 4.5", parts, fix)
-        unit = float(1 << 30)
         return {
-            "weights_gib": round(llm / unit, 2),
-            "token2wav_gib": round(decoder_bytes / unit, 2),
-            "needed_gib": round(needed / unit, 2),
+            "weights_gib": round(llm / GIB, 2),
+            "token2wav_gib": round(decoder_bytes / GIB, 2),
+            "needed_gib": round(needed / GIB, 2),
             **seen,
         }
 
@@ -286,10 +285,9 @@ def _held(device: str) -> dict[str, float]:
 
     if not device.startswith("cuda"):
         return {}
-    gib = float(1 << 30)
     return {
-        "held_allocated_gib": round(torch.cuda.memory_allocated(device) / gib, 2),
-        "held_reserved_gib": round(torch.cuda.memory_reserved(device) / gib, 2),
+        "held_allocated_gib": round(torch.cuda.memory_allocated(device) / GIB, 2),
+        "held_reserved_gib": round(torch.cuda.memory_reserved(device) / GIB, 2),
     }
 
 

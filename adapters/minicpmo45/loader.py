@@ -34,6 +34,7 @@ from typing import Any
 
 from adapters.face import FamilyError
 from adapters.minicpmo45.folder import CheckpointFolder
+from engine.sizes import GIB, byte_text
 
 __all__ = [
     "HEADROOM_BYTES",
@@ -45,8 +46,7 @@ __all__ = [
 ]
 
 TRANSFORMERS_PIN = "4.51.0"  # what the checkpoint's code was written for (the vendor pins it)
-HEADROOM_BYTES = 2 << 30  # activations, the LLM's KV cache over a long talk, the CUDA context
-GIB = float(1 << 30)
+HEADROOM_BYTES = 2 * GIB  # activations, the LLM's KV cache over a long talk, the CUDA context
 
 
 @dataclass
@@ -98,8 +98,8 @@ def check_memory(device: str, needed: int, parts: str) -> dict[str, float]:
     seen = {"free_gib": round(free / GIB, 2), "total_gib": round(total / GIB, 2)}
     if free < needed:
         raise FamilyError(
-            f"{device} has {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB, but MiniCPM-o 4.5 "
-            f"needs about {needed / GIB:.1f} GiB here ({parts}): free the GPU (another process "
+            f"{device} has {byte_text(free)} free of {byte_text(total)}, but MiniCPM-o 4.5 "
+            f"needs about {byte_text(needed)} here ({parts}): free the GPU (another process "
             "holds it) or choose another device",
             "device",
         )

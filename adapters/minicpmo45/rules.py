@@ -38,7 +38,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -53,6 +52,7 @@ from adapters.minicpmo45.sample import DeviceDecode
 from adapters.minicpmo45.sampling_rules import SamplingRules
 from adapters.minicpmo45.tts_sample import SpeechTokens
 from engine.arms import Arm
+from engine.duplex import SpanFactory, untimed
 from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
 from engine.signature import Catalog, TensorSpec
@@ -218,7 +218,7 @@ class BackboneRules(SamplingRules):
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
         self._stage: str | None = None
-        self._span: Callable[[str], AbstractContextManager[None]] | None = None
+        self._span: SpanFactory = untimed
         self._originals: dict[tuple[int, str], Any] = {}
         self._install()
 
@@ -257,10 +257,10 @@ class BackboneRules(SamplingRules):
         if self.tts_carry is not None:
             self.tts_carry.length = 0
 
-    def set_stage_timer(self, span: Callable[[str], AbstractContextManager[None]] | None) -> None:
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
         """Each stage (:data:`STAGES`) also as ``span(stage)`` (the loop's ``Metrics.span``:
         the trace and the panel), or no spans with None."""
-        self._span = span
+        self._span = span or untimed
 
     def reset_stats(self) -> None:
         self.fallbacks.clear()
@@ -487,7 +487,7 @@ class BackboneRules(SamplingRules):
                 t0 = time.perf_counter()
                 self._stage = stage
                 try:
-                    with self._span(stage) if self._span is not None else nullcontext():
+                    with self._span(stage):
                         return original(*args, **kwargs)
                 finally:
                     self._sync()

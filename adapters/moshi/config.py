@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.safetensors_header import Damaged, read_header
 from engine.files_read import FileRefused, confined, read_json
+from engine.sizes import GIB
 
 if TYPE_CHECKING:
     from engine.contract import Declaration
@@ -52,7 +53,7 @@ TOKENIZER_FILE = "tokenizer_spm_32k_3.model"
 CONFIG_FILE = "config.json"
 SIZES = ("full", "small")
 WEIGHT_SUFFIXES = (".safetensors", ".sft")
-WORKSPACE_BYTES = 1 << 30  # activations, sampling and codec scratch beside weights and rings
+WORKSPACE_BYTES = GIB  # activations, sampling and codec scratch beside weights and rings
 MAX_UNDECLARED = 1 << 16  # a config number the declaration leaves open (the 7B's largest: 32,000)
 
 #: The small size's operating point: the declared one with fewer, narrower layers.

@@ -32,6 +32,8 @@ from adapters.moshi.config import (
 __all__ = [
     "DEFAULT_ROLE",
     "DEFAULT_VOICE",
+    "MAX_VOICE_S",
+    "MIN_VOICE_S",
     "ROLES",
     "VOICES_FOLDER",
     "VOICES_TGZ",
@@ -46,6 +48,8 @@ VOICES_TGZ = "voices.tgz"
 VOICES_FOLDER = "voices"
 VOICE_SUFFIX = ".pt"
 DEFAULT_VOICE = "NATF2"
+MIN_VOICE_S = 0.5  # a shorter recording says too little of the voice
+MAX_VOICE_S = 30.0  # a longer recording is refused: the prompt phase would keep the user waiting
 # Role presets: the prompts PersonaPlex's README gives (its assistant, casual, service roles).
 ROLES = {
     "assistant": (

@@ -29,7 +29,7 @@ from adapters.face import (
 )
 from adapters.moshi.config import CheckpointError, DamagedFile
 from adapters.moshi.family import require_moshi
-from adapters.personaplex.config import ROLES
+from adapters.personaplex.config import MAX_VOICE_S, MIN_VOICE_S, ROLES
 from engine.sizes import byte_text
 
 if TYPE_CHECKING:
@@ -51,6 +51,10 @@ class PersonaPlexFamily:
     full_duplex: bool = True
     downloads: tuple[PublicCheckpoint, ...] = ()  # gated: the user downloads it (README)
     roles: tuple[str, ...] = tuple(ROLES)  # the role presets, by name (any text is a role too)
+
+    def voice_seconds(self) -> tuple[float, float]:
+        """The shortest and longest voice recording it takes, in seconds (torch-free)."""
+        return MIN_VOICE_S, MAX_VOICE_S
 
     def check(self, request: ModelRequest) -> None:
         """The ``moshi`` version, the folder, its files and the voice's name (torch-free)."""

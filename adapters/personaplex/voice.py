@@ -26,6 +26,8 @@ from adapters.face import FamilyError
 from adapters.personaplex.config import (
     DEFAULT_ROLE,
     DEFAULT_VOICE,
+    MAX_VOICE_S,
+    MIN_VOICE_S,
     ROLES,
     PersonaPlexFiles,
     read_voice_member,
@@ -43,7 +45,6 @@ __all__ = [
 ]
 
 SEEDED_VOICE_FRAMES = 25  # 2 s of noise: seeded random weights' voice
-MAX_VOICE_S = 30.0  # a longer recording is refused: the prompt phase would keep the user waiting
 TARGET_LUFS = -24.0  # PersonaPlex brings a recorded voice to this loudness
 SYSTEM_TAG = "<system>"
 
@@ -139,10 +140,10 @@ def recorded_voice(path: Path, *, rate: int, spf: int) -> Voice:
     except (OSError, RuntimeError) as error:
         raise FamilyError(f"voice {path}: not a readable recording ({error})", "voice") from None
     seconds = len(audio) / source_rate
-    if not 0.5 <= seconds <= MAX_VOICE_S:
+    if not MIN_VOICE_S <= seconds <= MAX_VOICE_S:
         raise FamilyError(
-            f"voice {path}: {seconds:.1f} s long; a voice recording takes 0.5 to "
-            f"{MAX_VOICE_S:.0f} s",
+            f"voice {path}: {seconds:.1f} s long; a voice recording takes {MIN_VOICE_S:g} to "
+            f"{MAX_VOICE_S:g} s",
             "voice",
         )
     mono = audio.mean(axis=1)

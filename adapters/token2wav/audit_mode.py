@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from adapters.token2wav.binding import CARRY_REGION
+from adapters.token2wav.declared import CARRY_REGION
 from adapters.token2wav.stream import FlowStream
 from engine.arms import Arm
 from engine.audit import Auditor, AuditReport, Divergence

@@ -16,25 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from adapters.token2wav.catalogs import CallClass
+from adapters.token2wav.declared import (
+    CARRY_REGION,
+    CONFORMER_REGION,
+    ESTIMATOR,
+    check_flow_declaration,
+    flow_declaration,
+)
 from engine.carry import RetentionRule, declared_retention
 from engine.contract import Declaration, DeclarationError
-from engine.declaration_io import load_declaration
 from engine.plan import Plan, make_plan
-
-DECLARATIONS = {"minicpmo45": "minicpmo45_token2wav", "lycheefd": "lycheefd_token2wav"}
-CARRY_REGION = "estimator_att"  # the region the state rule holds as a carry (audit shadows it)
-CONFORMER_REGION = "conformer_att"  # the conformer's attention cache: stock form in every arm
-ESTIMATOR = "estimator"  # the operator whose catalog the replayed flow operators share
-NEEDED = (
-    "f_prompt",
-    "frames_per_token",
-    "samples_per_frame",
-    "lookahead",
-    "stride_tokens",
-    "n_steps",
-    "vocab",
-    "hift_mel_cache",
-)
 
 
 @dataclass(frozen=True)
@@ -94,27 +85,13 @@ class FlowBinding:
         return self.frames_per_token * (tokens if last_chunk else tokens - self.lookahead)
 
 
-def flow_declaration(family: str | Declaration) -> Declaration:
-    """A family name (``minicpmo45``), a declaration name or path, or a loaded declaration."""
-    if isinstance(family, Declaration):
-        return family
-    return load_declaration(DECLARATIONS.get(family, family))
-
-
 def bind_flow(
     family: str | Declaration, prompt_frames: int, n_steps: int | None = None
 ) -> FlowBinding:
     """The flow's binding at prompt length ``prompt_frames`` and ``n_steps`` solver steps (the
     declaration's unless given). Raises ``DeclarationError`` naming what the declaration lacks."""
     decl = flow_declaration(family)
-    missing = [name for name in NEEDED if name not in decl.operating_point]
-    missing += [r for r in (CARRY_REGION, CONFORMER_REGION) if r not in decl.regions]
-    if missing or ESTIMATOR not in decl.operators:
-        raise DeclarationError(
-            f"declaration {decl.name} lacks {', '.join(missing) or 'operators.' + ESTIMATOR}: a "
-            f"Token2Wav flow declares {', '.join(NEEDED)}, the regions {CARRY_REGION} and "
-            f"{CONFORMER_REGION} and the operator {ESTIMATOR}"
-        )
+    check_flow_declaration(decl)
     overrides = {"f_prompt": prompt_frames}
     if n_steps is not None:
         overrides["n_steps"] = n_steps

@@ -37,6 +37,7 @@ from adapters.face import (
 )
 from adapters.token2wav.config import CheckpointError, check_folder
 from adapters.token2wav.speech_model import SpeechModel
+from adapters.token2wav.voice_limits import MIN_PROMPT_S, max_prompt_seconds
 from engine.arms import switchable_arms
 from engine.sizes import byte_text
 
@@ -109,6 +110,11 @@ class Token2WavFamily:
             f"{byte_text(state)} of state under {request.arm} (its declaration's plan)"
         )
         return Footprint((folder,), needs)
+
+    def voice_seconds(self) -> tuple[float, float]:
+        """The shortest and longest voice recording its declaration admits, in seconds
+        (torch-free: the command line's help quotes it)."""
+        return MIN_PROMPT_S, max_prompt_seconds(self.declaration)
 
     def _check_voice_frames(self, frames: int) -> None:
         """A random voice's prompt must fit every region's stock envelope (the declaration's:

@@ -27,8 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# The rates the models were trained at: tokenizer and speaker model 16 kHz, flow mel 24 kHz.
-TOKENIZER_RATE, MEL_RATE = 16_000, 24_000
+from adapters.token2wav.voice_limits import HOP_16K, TOKENIZER_RATE
+
+# The rates the models were trained at: tokenizer and speaker model 16 kHz (TOKENIZER_RATE, where
+# the prompt's limits read it), flow mel 24 kHz.
+MEL_RATE = 24_000
 
 
 def resample(waveform: Tensor, orig_freq: int, new_freq: int) -> Tensor:
@@ -129,7 +132,7 @@ def whisper_log_mel(audio: Tensor, n_mels: int = 128) -> Tensor:
     last frame is dropped, as Whisper does.
     """
     window = torch.hann_window(400)
-    stft = torch.stft(audio, 400, 160, window=window, return_complex=True)
+    stft = torch.stft(audio, 400, HOP_16K, window=window, return_complex=True)
     magnitudes = stft[..., :-1].abs() ** 2
     mel_spec = _mel_basis(TOKENIZER_RATE, 400, n_mels, None) @ magnitudes
     log_spec = torch.clamp(mel_spec, min=1e-10).log10()

@@ -17,16 +17,14 @@ the tokenizer as torch weights converted from the same ONNX file (``s3tokenizer`
 onnxruntime is how CosyVoice2's own frontend runs it. The codes come from rounding a projection
 (FSQ), so the two agree except where a value sits on a rounding boundary at float precision.
 
-Prompt length: at least :data:`MIN_PROMPT_S`; at most :func:`prompt_limits`'s ``max_frames`` mel
-frames, because the stock path's attention envelope (1000 frames, the declaration's envelope)
-must fit the plan's bound: the prompt, the retained frames and the largest call (MiniCPM-o: 100
-and 2 x 28, so 844; the default voice: 6.016 s -> 151 tokens -> 302 frames). Frames per token,
-the vocabulary and the lookahead come from the declaration too.
+Prompt length: between :data:`MIN_PROMPT_S` and :func:`max_prompt_seconds`, the limits
+:mod:`adapters.token2wav.voice_limits` reads from the declaration torch-free (the default voice:
+6.016 s -> 151 tokens -> 302 frames). Frames per token, the vocabulary and the lookahead come from
+the declaration too.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,15 +33,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from adapters.token2wav.binding import CARRY_REGION, bind_flow, flow_declaration
 from adapters.token2wav.config import CheckpointError
 from adapters.token2wav.features import (
+    MEL_BINS,
     MEL_RATE,
-    TOKENIZER_RATE,
     kaldi_fbank,
     prompt_mel,
     resample,
     whisper_log_mel,
+)
+from adapters.token2wav.voice_limits import (
+    MIN_PROMPT_S,
+    TOKENIZER_RATE,
+    PromptLimits,
+    max_prompt_seconds,
+    prompt_limits,
+    tokens_for,
 )
 
 __all__ = [
@@ -54,6 +59,7 @@ __all__ = [
     "PromptLimits",
     "VoicePrompt",
     "check_prompt_wav",
+    "max_prompt_seconds",
     "prompt_limits",
     "random_voice",
     "voice_from_wav",
@@ -61,50 +67,6 @@ __all__ = [
 
 TOKENIZER_FILE, SPEAKER_FILE = "speech_tokenizer_v2_25hz.onnx", "campplus.onnx"
 SPK_DIM = 192  # the x-vector's width (the speaker model's output)
-MIN_PROMPT_S = 1.0
-"""Below a second the x-vector (an average over the recording) describes little of the voice;
-a policy, not a model limit. The default voice is 6 s."""
-_HOP_16K, _FRAMES_PER_TOKEN = 160, 4  # Whisper frames of 10 ms; the tokenizer strides 2 x 2
-
-
-@dataclass(frozen=True)
-class PromptLimits:
-    """What a family's declaration allows of a voice prompt.
-
-    ``max_frames`` = the envelope's frames minus what the plan's bound adds to the prompt
-    (retained frames and the largest call); ``min_frames`` = the lookahead's tokens, which the
-    flow's cache set-up reuses from the prompt's start.
-    """
-
-    frames_per_token: int
-    vocabulary: int
-    min_frames: int
-    max_frames: int
-    envelope_frames: int
-    retained: int
-    call_frames: int
-
-
-@functools.cache
-def prompt_limits(family: str = "minicpmo45") -> PromptLimits:
-    """The prompt limits of ``family`` (a family or declaration name)."""
-    decl = flow_declaration(family)
-    binding = bind_flow(decl, decl.values()["f_prompt"])
-    region = decl.regions[CARRY_REGION]
-    if region.envelope is None:
-        raise CheckpointError(f"declaration {decl.name}: {CARRY_REGION} declares no envelope")
-    envelope = region.envelope.shape[region.clock_axis]
-    grows = binding.capacity - binding.prompt_frames  # retained + the largest call
-    per_token = binding.frames_per_token
-    return PromptLimits(
-        frames_per_token=per_token,
-        vocabulary=binding.vocab,
-        min_frames=per_token * binding.lookahead,
-        max_frames=envelope - grows,
-        envelope_frames=envelope,
-        retained=binding.carry.prompt,
-        call_frames=grows - binding.carry.prompt,
-    )
 
 
 class PromptError(ValueError):
@@ -135,7 +97,7 @@ def random_voice(frames: int, seed: int, device: str, family: str = "minicpmo45"
     limits = prompt_limits(family)
     count = frames // limits.frames_per_token
     tokens = torch.randint(0, limits.vocabulary, (1, count), generator=g, dtype=torch.int32)
-    mel = torch.randn(1, frames, 80, generator=g)
+    mel = torch.randn(1, frames, MEL_BINS, generator=g)
     spk = torch.randn(1, SPK_DIM, generator=g)
     return VoicePrompt(tokens.to(device), mel.to(device), spk.to(device))
 
@@ -165,7 +127,7 @@ def check_prompt_wav(wav: Path, family: str = "minicpmo45") -> float:
         )
     limits = prompt_limits(family)
     samples = _samples_at(info.frames, info.samplerate, TOKENIZER_RATE)
-    frames = limits.frames_per_token * _tokens_for(samples)
+    frames = limits.frames_per_token * tokens_for(samples)
     if frames > limits.max_frames:
         raise PromptError(
             f"voice prompt {wav} lasts {seconds:.2f} s, {frames} mel frames; cut it to at most "
@@ -174,13 +136,6 @@ def check_prompt_wav(wav: Path, family: str = "minicpmo45") -> float:
             f"{limits.call_frames} per call)"
         )
     return seconds
-
-
-def max_prompt_seconds(family: str = "minicpmo45") -> float:
-    """The longest prompt whose tokens fit ``family``'s envelope (16.88 s for MiniCPM-o)."""
-    limits = prompt_limits(family)
-    whisper_frames = limits.max_frames // limits.frames_per_token * _FRAMES_PER_TOKEN
-    return whisper_frames * _HOP_16K / TOKENIZER_RATE
 
 
 def voice_from_wav(
@@ -317,10 +272,3 @@ def _samples_at(samples: int, rate: int, new_rate: int) -> int:
     if rate == new_rate:
         return samples
     return int(torch.ceil(torch.as_tensor(new_rate * samples / rate)).long())
-
-
-def _tokens_for(samples_16k: int) -> int:
-    """Tokens the 25 Hz tokenizer makes of ``samples_16k``: 10 ms frames, then two stride-2
-    convolutions (each ``ceil(L / 2)``)."""
-    after_first = -(-(samples_16k // _HOP_16K) // 2)  # ceil division
-    return -(-after_first // 2)

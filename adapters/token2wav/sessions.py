@@ -22,6 +22,7 @@ from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.speech_model import SpeechModel
 from adapters.token2wav.states import PromptState
 from adapters.token2wav.stream import FlowStream
+from adapters.turns.vad import RATE
 from engine.arms import Arm
 from engine.contract import Declaration
 from engine.replay import ReplayEngine
@@ -73,7 +74,7 @@ class Token2WavSessions:
         token_rate = declaration.clock_rate("token", values)
         self.period_s = values["period_tokens"] / token_rate
         self.output_rate = int(hift.config.sampling_rate)
-        self.input_rate = 16_000  # the synthetic backbone's voice-activity model
+        self.input_rate = RATE  # the synthetic backbone's voice-activity model
         weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
         self.title = f"{face.title} ({size.name}, {weights})"
         self._bindings: dict[tuple[int, int], FlowBinding] = {}

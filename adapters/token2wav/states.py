@@ -23,9 +23,10 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from adapters.token2wav.binding import CARRY_REGION, FlowBinding
+from adapters.token2wav.binding import FlowBinding
 from adapters.token2wav.cfm import ENVELOPE_STEPS, CausalConditionalCFM
 from adapters.token2wav.chunks import carry_setup, envelope_free_state, pad_slots
+from adapters.token2wav.declared import CARRY_REGION
 from adapters.token2wav.dit import CFG_BATCH
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.stock import StockStream

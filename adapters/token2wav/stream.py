@@ -38,9 +38,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from adapters.token2wav.binding import CARRY_REGION, FlowBinding
+from adapters.token2wav.binding import FlowBinding
 from adapters.token2wav.cfm import CausalConditionalCFM
 from adapters.token2wav.chunks import carry_chunk, stock_chunk
+from adapters.token2wav.declared import CARRY_REGION
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.operators import FlowOperators, register_flow_operators
 from adapters.token2wav.states import (

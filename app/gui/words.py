@@ -3,8 +3,10 @@ read the paper. One place, so the toolbar, the settings dialog and Help say the 
 
 from __future__ import annotations
 
+from adapters.registry import family
 from app.audio.echo import HEADPHONES_HINT
 from engine.arms import Arm
+from engine.declaration_io import load_declaration
 
 __all__ = [
     "ABOUT_HTML",
@@ -81,6 +83,18 @@ CPU_NOTE = (
     "those decisions; the speed-up they bring needs a GPU."
 )
 
+
+def _periods() -> str:
+    """The native periods in words, from the declarations: the Token2Wav voices' speaking unit
+    and Moshi's frame."""
+    speech = load_declaration(family("synthetic").declaration)
+    values = speech.values()
+    unit_s = values["period_tokens"] / speech.clock_rate("token", values)
+    moshi = load_declaration(family("moshi").declaration)
+    frame_ms = 1000 / moshi.clock_rate("frame", moshi.values())
+    return f"{unit_s:g} s of audio for the Token2Wav voices, {frame_ms:g} ms for Moshi"
+
+
 _ARM_ROWS = "".join(f"<tr><td><b>{arm.value}</b></td><td>{ARM_WORDS[arm]}</td></tr>" for arm in Arm)
 
 HELP_HTML = f"""
@@ -115,9 +129,9 @@ the model produces. The <b>LIMIT</b> lamp lights when it had to turn the voice d
 until you click them.</p>
 
 <h3>Period and budget</h3>
-<p>The model works in fixed slices of time called <b>periods</b> (one second of audio for the
-Token2Wav voices, 80 ms for Moshi). Each period must be computed in less time than it lasts,
-or the voice stutters: that limit is the <b>budget</b>, the red dashed line on the first chart.
+<p>The model works in fixed slices of time called <b>periods</b> ({_periods()}). Each period
+must be computed in less time than it lasts, or the voice stutters: that limit is the
+<b>budget</b>, the red dashed line on the first chart.
 <b>Headroom</b> says how many times faster than real time the engine runs (above 1&times; is
 real time). <b>Response</b> is the time from the end of your speech to the assistant's first
 sound. <b>Dropouts</b> count moments the speaker ran dry.</p>

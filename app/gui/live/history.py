@@ -15,6 +15,7 @@ import numpy as np
 
 from app.gui.worker.feed import STAGES, PeriodView
 from engine.cadence import CadenceStats
+from engine.sizes import MIB
 
 __all__ = ["History"]
 
@@ -103,4 +104,4 @@ class History:
 
     @staticmethod
     def memory_mib(views: list[PeriodView], key: str) -> np.ndarray:
-        return np.array([v.memory.get(key, 0) / 2**20 for v in views], dtype=float)
+        return np.array([v.memory.get(key, 0) / MIB for v in views], dtype=float)

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.gui.settings.checkpoints import PublicCheckpoint
-from engine.sizes import UNITS, byte_text
+from engine.sizes import GIB, UNITS, byte_text
 
 __all__ = ["DISK_MARGIN", "DownloadPlan", "hub_sentence", "plan_download", "size_text"]
 
-DISK_MARGIN = 1 << 30  # left free on the disk after the download (1 GiB)
+DISK_MARGIN = GIB  # left free on the disk after the download
 
 
 def size_text(n: int) -> str:
