@@ -106,9 +106,9 @@ def test_the_speech_heads_sampling_equals_the_vendors() -> None:
     penalty, window = repetition_processor(head, 1.05) or (0.0, 0)
     assert (penalty, window) == (1.05, 16)
     speech = SpeechTokens(head, None, torch.zeros(1), window)  # type: ignore[arg-type]
-    speech.start(torch.tensor([codes - 1]))
-    processor = gen_logits(codes, 1.05)[1][0]
     temperature = torch.tensor([[0.8]])
+    speech.start(torch.tensor([codes - 1]), temperature)
+    processor = gen_logits(codes, 1.05)[1][0]
     g = torch.Generator().manual_seed(1)
     history: list[int] = []
     with torch.inference_mode():
@@ -124,9 +124,7 @@ def test_the_speech_heads_sampling_equals_the_vendors() -> None:
             want = int(torch.multinomial(torch.softmax(logits, -1), 1))
             after = torch.get_rng_state()
             torch.set_rng_state(state)
-            got = speech.sample(
-                h, temperature, speech.ring, speech.count, 1.05, bool(history), mask
-            )
+            got = speech.sample(h, speech.draw(1.05, bool(history), mask))
             assert int(got) == want, t
             assert torch.equal(torch.get_rng_state(), after)
             history.append(want)

@@ -166,15 +166,13 @@ class SamplingRules:
             return
         self._tts_penalty = proc
         self.speech = sp = SpeechTokens(tts, self.tts_step, self.tts_carry.buffer, proc[1])
-        temperature = TensorSpec((1, 1), torch.float32, self.device)
         catalog = Catalog.of_calls(
-            (sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring, sp.count,
-             proc[0], proc[0] != 1.0, mask)
+            (sp.prev, sp.position, sp.slot, sp.buffer, sp.draw(proc[0], proc[0] != 1.0, mask))
             for mask in (False, True)
-        )  # fmt: skip
+        )
         self.ops["tts.token"] = self.replay.register(
             "tts.token", sp.token, catalog=catalog, extra_key=lambda: self.backend,
-            aliased=["prev", "position", "slot", "buffer", "ring", "count"],
+            aliased=["prev", "position", "slot", "buffer", "draw"],
         )  # fmt: skip
 
     def _generate_chunk(self, *args: Any, **kwargs: Any) -> Any:
@@ -187,6 +185,7 @@ class SamplingRules:
         call.apply_defaults()
         a = call.arguments
         known = float(a["repetition_penalty"]) == self._tts_penalty[0]
+        known = known and a["temperature"].numel() == 1
         if not known or int(a["inputs_embeds"].shape[0]) != 1 or int(a["max_new_token"]) < 1:
             self.fallbacks["tts_tokens_other_call"] += 1
             return vendor(*args, **kwargs)
@@ -208,26 +207,21 @@ class SamplingRules:
         penalty, penalize = self._tts_penalty[0], self._tts_penalty[0] != 1.0
         stop_ids = {int(i) for i in eos_token.view(-1).tolist()}
         new_tokens = torch.zeros(1, most, sp.vq, device=device, dtype=torch.long)
-        sp.start(eos_token)
+        sp.start(eos_token, temperature)
         positions = torch.arange(start, start + n, dtype=torch.long, device=device).unsqueeze(0)
         out = tts.model(
             position_ids=positions, past_key_values=a["past_key_values"], inputs_embeds=x,
             use_cache=True, output_attentions=False,
         )  # fmt: skip
         past = out.past_key_values
-        token = sp.sample(
-            out.last_hidden_state, temperature, sp.ring, sp.count, penalty, False,
-            no_stop or least > 0,
-        )  # fmt: skip
+        token = sp.sample(out.last_hidden_state, sp.draw(penalty, False, no_stop or least > 0))
         t = 0
         for t in range(most):
             if t > 0:
                 mask = no_stop or t < least
                 if past is self.tts_view and carry.fits(1):
-                    token = self.ops["tts.token"](
-                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
-                        sp.count, penalty, penalize, mask,
-                    )  # fmt: skip
+                    draw = sp.draw(penalty, penalize, mask)
+                    token = self.ops["tts.token"](sp.prev, sp.position, sp.slot, sp.buffer, draw)
                     carry.length += 1
                 else:  # the vendor's forward on its own cache (counted by _tts_forward)
                     self.fallbacks["tts_token_eager"] += 1
@@ -237,10 +231,7 @@ class SamplingRules:
                         use_cache=True, output_attentions=False,
                     )  # fmt: skip
                     past = out.past_key_values
-                    token = sp.sample(
-                        out.last_hidden_state, temperature, sp.ring, sp.count, penalty,
-                        penalize, mask,
-                    )  # fmt: skip
+                    token = sp.sample(out.last_hidden_state, sp.draw(penalty, penalize, mask))
                     sp.prev.copy_(token[:, :1])
             elif past is self.tts_view:
                 sp.prev.copy_(token[:, :1])
@@ -261,14 +252,12 @@ class SamplingRules:
         penalty = self._tts_penalty[0]
         temperature = torch.ones(1, 1, device=self.device)
         with torch.inference_mode():
-            sp.start(torch.tensor([sp.vocab - 1], device=self.device))
+            sp.start(torch.tensor([sp.vocab - 1], device=self.device), temperature)
             sp.place(0, 0)
             for _ in range(self.replay.warmup_calls + 1):
                 for mask in (False, True):
-                    self.ops["tts.token"](
-                        sp.prev, sp.position, sp.slot, sp.buffer, temperature, sp.ring,
-                        sp.count, penalty, penalty != 1.0, mask,
-                    )  # fmt: skip
+                    draw = sp.draw(penalty, penalty != 1.0, mask)
+                    self.ops["tts.token"](sp.prev, sp.position, sp.slot, sp.buffer, draw)
                     sp.place(0, 0)
         if state is not None:
             torch.cuda.set_rng_state(state, self.device)
