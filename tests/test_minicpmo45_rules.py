@@ -126,8 +126,47 @@ def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
     replay = rules.stats()["replay"]
     assert replay["llm.step"]["hits"] > 0 and replay["llm.feed"]["hits"] > 0
     assert replay["tts.step"]["hits"] > 0
-    assert replay["tts.step"]["misses"].get("not_in_catalog", 0) > 0  # the conditions' lengths
+    # The conditions' lengths are listed; what misses is each chunk's first token step, whose
+    # input the stand-in takes as a strided view of the condition's output (the vendor's is a
+    # fresh embedding): one a chunk under a replaying arm (6 + 3 units).
+    assert replay["tts.step"]["misses"]["not_in_catalog"] == 6 + 3, replay["tts.step"]
     assert rules.stats()["fallbacks"]["window_upkeep_eager"] == rules.window["slides"]
+
+
+def test_the_tts_conditions_every_length_is_in_the_catalog() -> None:
+    """The TTS condition (the unit's text hidden states and audio_bos) is 1 to the decode
+    budget's tokens: each length a catalog entry, captured at warm-up and replayed, equal to
+    eager; a longer one runs eagerly, counted (fail-closed), and still equals eager."""
+    duplex, rules, arm = session()
+    budget = duplex.max_new_speak_tokens_per_chunk
+    assert rules.tts_lengths == tuple(range(1, budget + 1))
+    g = torch.Generator().manual_seed(3)
+    conditions = [torch.randn(1, n, 48, generator=g) for n in (*range(1, budget + 2), 2, budget)]
+    tts = duplex.model.tts
+    eager = [h for c in conditions for h in tts.generate_chunk(c, steps=1, start=5)]
+    arm.arm = Arm.SRC
+    rules.warm_up()
+    rules.reset_stats()
+    assert equal(eager, [h for c in conditions for h in tts.generate_chunk(c, steps=1, start=5)])
+    step = rules.stats()["replay"]["tts.step"]
+    assert step["misses"] == {"not_in_catalog": 1}, step  # budget + 1 tokens, once
+    assert step["hits"] == len(conditions) - 1, step
+
+
+def test_the_decode_budget_is_what_streaming_generate_uses() -> None:
+    """The family calls ``streaming_generate()`` without a budget: its parameter's default
+    counts when it is larger than the duplex object's attribute."""
+    from adapters.minicpmo45.rules import decode_budget
+
+    class Duplex:
+        max_new_speak_tokens_per_chunk = 6
+
+        def streaming_generate(self, max_new_speak_tokens_per_chunk: int = 9) -> None:
+            return None
+
+    assert decode_budget(Duplex(), "max_new_speak_tokens_per_chunk") == 9
+    Duplex.max_new_speak_tokens_per_chunk = 12
+    assert decode_budget(Duplex(), "max_new_speak_tokens_per_chunk") == 12
 
 
 @pytest.mark.parametrize("mode", ["sampling", "greedy"])

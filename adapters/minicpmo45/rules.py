@@ -23,10 +23,11 @@ Every step goes through the session's :class:`~engine.replay.ReplayEngine` (oper
 ``llm.step``, ``llm.feed``, ``tts.step``, ``llm.sample``, ``tts.token``) when the session's
 arm replays, else runs the same function eagerly: the family's eager arm is this code with the
 same shapes (its sampling is the vendor's). The catalog (the declaration's feed lengths, the
-vendor's sampling defaults) is known before traffic; any other length is a counted miss
-(``not_in_catalog``). Where the rules cannot run a call (the carry is full, the vendor's
-context window mode, a cache the vendor built), the vendor's own code runs it and the reason is
-counted in :meth:`stats` ``fallbacks``.
+TTS condition's every length from 1 to the unit's decode budget, the vendor's sampling
+defaults) is known before traffic; any other length is a counted miss (``not_in_catalog``).
+Where the rules cannot run a call (the carry is full, the vendor's context window mode, a cache
+the vendor built), the vendor's own code runs it and the reason is counted in :meth:`stats`
+``fallbacks``.
 
 :meth:`use_vendor` switches the whole backbone back to the vendor's code (the peer the bench
 compares with); switch between conversations only.
@@ -34,6 +35,7 @@ compares with); switch between conversations only.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections import Counter
@@ -57,7 +59,15 @@ from engine.replay import ReplayEngine, ReplayOp
 from engine.safe_yaml import read_yaml
 from engine.signature import Catalog, TensorSpec
 
-__all__ = ["DECLARATION", "STAGES", "WINDOW_ENV", "BackboneRules", "BackboneSpec", "attribute"]
+__all__ = [
+    "DECLARATION",
+    "STAGES",
+    "WINDOW_ENV",
+    "BackboneRules",
+    "BackboneSpec",
+    "attribute",
+    "decode_budget",
+]
 
 DECLARATION = Path(__file__).resolve().parent / "backbone.yaml"
 WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
@@ -85,6 +95,7 @@ class BackboneSpec:
     llm_lengths: tuple[int, ...]
     tts_capacity_from: str
     tts_lengths: tuple[int, ...]
+    condition_tokens_from: str
     round_to: int
     sdpa: dict[str, str]
 
@@ -100,6 +111,7 @@ class BackboneSpec:
             llm_lengths=tuple(int(n) for n in llm["feed_lengths"]),
             tts_capacity_from=str(tts["capacity_from"]),
             tts_lengths=tuple(int(n) for n in tts["feed_lengths"]),
+            condition_tokens_from=str(tts["condition_tokens_from"]),
             round_to=int(data["round_to"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
         )
@@ -136,6 +148,19 @@ def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tupl
             f"{name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
         )
     return name, ""
+
+
+def decode_budget(duplex: Any, name: str) -> int:
+    """The most tokens a unit decodes: the duplex object's attribute ``name`` or, when larger,
+    the default of ``streaming_generate``'s parameter of that name (what a call without it,
+    as the family's, uses)."""
+    budget = int(getattr(duplex, name))
+    generate = getattr(duplex, "streaming_generate", None)
+    if callable(generate):
+        param = inspect.signature(generate).parameters.get(name)
+        if param is not None and isinstance(param.default, int):
+            budget = max(budget, param.default)
+    return budget
 
 
 def _round_up(n: int, to: int) -> int:
@@ -193,6 +218,8 @@ class BackboneRules(SamplingRules):
         self.tts_carry: KVCarry | None = None
         self.speech: SpeechTokens | None = None
         tts = getattr(getattr(duplex, "model", None), "tts", None)
+        condition = decode_budget(duplex, spec.condition_tokens_from)
+        self.tts_lengths = tuple(sorted(set(spec.tts_lengths) | set(range(1, condition + 1))))
         if tts is not None and getattr(tts, "model", None) is not None:
             core = tts.model
             tdtype = next(core.parameters()).dtype
@@ -205,7 +232,7 @@ class BackboneRules(SamplingRules):
             self.ops["tts.step"] = replay.register(
                 "tts.step", self.tts_step.hidden, aliased=["buffer"], extra_key=extra,
                 catalog=self._catalog(self.tts_carry, int(core.config.hidden_size), tdtype,
-                                      spec.tts_lengths),
+                                      self.tts_lengths),
             )  # fmt: skip
             if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
                 self._speech_tokens(tts, tdtype)
@@ -251,7 +278,7 @@ class BackboneRules(SamplingRules):
         if self.tts_step is not None and self.tts_carry is not None:
             with torch.inference_mode():  # as the vendor's generate_chunk calls it
                 for _ in range(self.replay.warmup_calls + 1):
-                    for n in self.spec.tts_lengths:
+                    for n in self.tts_lengths:
                         self._call_all("tts", self.tts_step, self.tts_carry, n)
         self.llm_carry.length = 0
         if self.tts_carry is not None:
