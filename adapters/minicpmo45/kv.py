@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["CarryView", "KVCarry", "cache_pairs"]
+__all__ = ["CarryView", "KVCarry", "attribute", "cache_pairs", "round_up"]
 
 
 class KVCarry:
@@ -107,3 +107,16 @@ def cache_pairs(cache: Any) -> list[tuple[Tensor, Tensor]]:
     if layers is not None:
         return [(layer.keys, layer.values) for layer in layers]
     return [(k, v) for k, v in cache]
+
+
+def round_up(n: int, to: int) -> int:
+    """``n`` rounded up to a multiple of ``to`` (a carry's slots: the declaration's
+    ``round_to``)."""
+    return -(-n // to) * to
+
+
+def attribute(obj: Any, dotted: str) -> Any:
+    """``obj.a.b.c`` for ``"a.b.c"`` (the declaration names where the checkpoint keeps a value)."""
+    for name in dotted.split("."):
+        obj = getattr(obj, name)
+    return obj

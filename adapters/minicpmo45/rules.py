@@ -13,6 +13,8 @@ vendor's classes are untouched):
   to it in its own form; the result is copied back into the carry (eager, counted);
 * ``duplex.model.tts.model.forward`` — the TTS head's Llama, called by the vendor's
   ``generate_chunk`` once per speech token: the same step over the TTS carry;
+* ``duplex.model.apm.forward`` — the audio encoder's streaming forward, once a unit: the same
+  over its own carry (:mod:`~adapters.minicpmo45.audio_rules`);
 * ``duplex.decoder.decode`` / ``embed_token`` and ``duplex.model.tts.generate_chunk`` — the
   per-token host loops, on the device under a replaying arm (operators ``llm.sample`` and
   ``tts.token``, :mod:`~adapters.minicpmo45.sampling_rules`): one host read a token;
@@ -20,7 +22,8 @@ vendor's classes are untouched):
   TTS head's ``generate_chunk``, for the per-unit stage split.
 
 Every step goes through the session's :class:`~engine.replay.ReplayEngine` (operators
-``llm.step``, ``llm.feed``, ``tts.step``, ``llm.sample``, ``tts.token``) when the session's
+``llm.step``, ``llm.feed``, ``tts.step``, ``llm.sample``, ``tts.token``, ``audio.step``) when
+the session's
 arm replays, else runs the same function eagerly: the family's eager arm is this code with the
 same shapes (its sampling is the vendor's). The catalog (the declaration's feed lengths, the
 TTS condition's every length from 1 to the unit's decode budget, the vendor's sampling
@@ -48,7 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from adapters.minicpmo45.kv import CarryView, KVCarry, cache_pairs
+from adapters.minicpmo45.audio_rules import AudioRules, AudioUnit
+from adapters.minicpmo45.kv import CarryView, KVCarry, attribute, cache_pairs, round_up
 from adapters.minicpmo45.llm_step import CarryStep
 from adapters.minicpmo45.sample import DeviceDecode
 from adapters.minicpmo45.sampling_rules import SamplingRules
@@ -76,13 +80,6 @@ WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 
 
-def attribute(obj: Any, dotted: str) -> Any:
-    """``obj.a.b.c`` for ``"a.b.c"`` (the declaration names where the checkpoint keeps a value)."""
-    for name in dotted.split("."):
-        obj = getattr(obj, name)
-    return obj
-
-
 @dataclass(frozen=True)
 class BackboneSpec:
     """The backbone's declaration (``adapters/minicpmo45/backbone.yaml``, beside the family: it
@@ -96,13 +93,15 @@ class BackboneSpec:
     tts_capacity_from: str
     tts_lengths: tuple[int, ...]
     condition_tokens_from: str
+    audio_capacity_from: str
+    audio_units: tuple[AudioUnit, ...]
     round_to: int
     sdpa: dict[str, str]
 
     @classmethod
     def read(cls, path: Path = DECLARATION) -> BackboneSpec:
         data = read_yaml(path)
-        llm, tts = data["llm"], data["tts"]
+        llm, tts, audio = data["llm"], data["tts"], data["audio"]
         return cls(
             window_mode=str(llm["window_mode"]),
             llm_capacity_from=str(llm["capacity_from"]),
@@ -112,6 +111,10 @@ class BackboneSpec:
             tts_capacity_from=str(tts["capacity_from"]),
             tts_lengths=tuple(int(n) for n in tts["feed_lengths"]),
             condition_tokens_from=str(tts["condition_tokens_from"]),
+            audio_capacity_from=str(audio["capacity_from"]),
+            audio_units=tuple(
+                (int(u["mel_frames"]), int(u["prefix"]), int(u["suffix"])) for u in audio["units"]
+            ),
             round_to=int(data["round_to"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
         )
@@ -163,11 +166,7 @@ def decode_budget(duplex: Any, name: str) -> int:
     return budget
 
 
-def _round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
-class BackboneRules(SamplingRules):
+class BackboneRules(SamplingRules, AudioRules):
     """The rules installed on one duplex object (module docstring).
 
     Args:
@@ -193,7 +192,7 @@ class BackboneRules(SamplingRules):
         unit += spec.unit_extra_tokens
         high = int(attribute(duplex, spec.llm_capacity_from))
         self.llm_step = CarryStep(
-            llm.model, _round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head
+            llm.model, round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head
         )
         self.llm_carry = self._carry(self.llm_step, dtype)
         self.llm_view = CarryView(self.llm_carry)
@@ -223,9 +222,7 @@ class BackboneRules(SamplingRules):
         if tts is not None and getattr(tts, "model", None) is not None:
             core = tts.model
             tdtype = next(core.parameters()).dtype
-            capacity = _round_up(
-                int(attribute(duplex.model, spec.tts_capacity_from)), spec.round_to
-            )
+            capacity = round_up(int(attribute(duplex.model, spec.tts_capacity_from)), spec.round_to)
             self.tts_step = CarryStep(core, capacity, self.backend)
             self.tts_carry = self._carry(self.tts_step, tdtype)
             self.tts_view = CarryView(self.tts_carry)
@@ -236,9 +233,10 @@ class BackboneRules(SamplingRules):
             )  # fmt: skip
             if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
                 self._speech_tokens(tts, tdtype)
+        self.fallbacks: Counter[str] = Counter()
+        self._audio(spec.audio_capacity_from, spec.round_to, spec.audio_units)
         self.vendor = False
         self.timing = False
-        self.fallbacks: Counter[str] = Counter()
         self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
         self.sampled["speech_host_reads"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
@@ -257,6 +255,7 @@ class BackboneRules(SamplingRules):
             return
         if vendor:
             self._export_llm()
+            self._export_audio()
             self._uninstall_steps()
         else:
             self._install_steps()
@@ -275,6 +274,7 @@ class BackboneRules(SamplingRules):
             self._warm_sampler(self.sampler)
         if self.speech is not None:
             self._warm_speech(self.speech)
+        self._warm_audio()
         if self.tts_step is not None and self.tts_carry is not None:
             with torch.inference_mode():  # as the vendor's generate_chunk calls it
                 for _ in range(self.replay.warmup_calls + 1):
@@ -307,6 +307,12 @@ class BackboneRules(SamplingRules):
         }
         if self.tts_carry is not None:
             carry |= {"tts_capacity": self.tts_carry.capacity, "tts_bytes": self.tts_carry.nbytes}
+        if self.audio_carry is not None:
+            carry |= {
+                "audio_capacity": self.audio_carry.capacity,
+                "audio_length": self.audio_carry.length,
+                "audio_bytes": self.audio_carry.nbytes,
+            }
         config = self.decoder._window_config
         return {
             "vendor": self.vendor,
@@ -347,12 +353,16 @@ class BackboneRules(SamplingRules):
             self._wrap(self.decoder, "embed_token", lambda original: self._embed_token)
         if self.tts_step is not None:
             self._wrap(self.duplex.model.tts.model, "forward", lambda original: self._tts_forward)
+        if self.audio_step is not None:
+            self._wrap(self.duplex.model.apm, "forward", lambda original: self._apm_forward)
 
     def _uninstall_steps(self) -> None:
         for name in ("feed", "_drop_tokens_from_cache", "decode", "embed_token"):
             self._unwrap(self.decoder, name)
         if self.tts_step is not None:
             self._unwrap(self.duplex.model.tts.model, "forward")
+        if self.audio_step is not None:
+            self._unwrap(self.duplex.model.apm, "forward")
 
     def _wrap(self, obj: Any, name: str, make: Callable[[Any], Any]) -> None:
         original = getattr(obj, name)
@@ -467,7 +477,7 @@ class BackboneRules(SamplingRules):
 
     # -- replay and warm-up -----------------------------------------------------------------
 
-    def _run(self, name: str, *args: Tensor) -> Any:
+    def _run(self, name: str, *args: Any) -> Any:
         op = self.ops[name]
         return op(*args) if self.arm().replay else op.fn(*args)
 
