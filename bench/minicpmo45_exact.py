@@ -4,7 +4,8 @@ Not a bench of its own: ``bench/minicpmo45.py`` runs these on its loaded session
 (:class:`bench.minicpmo45.Session`), each phase written to its JSON as it ends.
 
 * :func:`extent_cost` — one LLM decode step replayed at the carry's full capacity and at 512
-  slots (the same weights and kernels, only the attended extent differs): device ms per step.
+  slots (the same weights and kernels, only the attended extent differs), under the declared
+  SDPA backend and under ``math``: device ms per step.
 * :func:`exact` — per seed, one conversation of the talk under each arm (eager twice first for
   the first seed: eager must reproduce itself), with a barge-in, a new conversation and the
   vendor's basic sliding window set low (so slides happen). Per unit: the LLM's token ids, the
@@ -188,8 +189,9 @@ def vendor_agreement(session: Any, seed: int, units: int) -> dict[str, Any]:
 
 
 def extent_cost(rules: Any, device: str, steps: int) -> dict[str, Any]:
-    """One LLM decode step replayed at the carry's full capacity and at 512 slots (same
-    weights, same kernels but the attended extent): device ms per step, CUDA events."""
+    """One LLM decode step replayed attending 512 slots and the carry's full capacity (the
+    extents' ends; same weights and carry), under the declared SDPA backend and under ``math``
+    (``"<extent>/math"``): device ms per step, CUDA events."""
     from adapters.minicpmo45.kv import KVCarry
     from adapters.minicpmo45.llm_step import CarryStep
     from engine.replay import ReplayEngine
@@ -198,25 +200,31 @@ def extent_cost(rules: Any, device: str, steps: int) -> dict[str, Any]:
     llm = rules.decoder.m
     out: dict[str, Any] = {}
     cuda = device.startswith("cuda")
-    for capacity in (rules.llm_carry.capacity, 512):
-        step = CarryStep(llm.model, capacity, rules.backend, head=llm.lm_head)
+    capacity = rules.llm_carry.capacity
+    for backend in dict.fromkeys((rules.backend, "math")):
+        step = CarryStep(llm.model, capacity, backend, head=llm.lm_head)
         layers, _, heads, cap, dim = step.carry_shape()
         carry = KVCarry(layers, heads, cap, dim, dtype=rules.llm_carry.buffer.dtype, device=device)
-        engine = ReplayEngine(device)
-        op = engine.register("extent", step.logits, catalog=Catalog.any(), aliased=["buffer"])
-        x = torch.randn(1, 1, int(llm.config.hidden_size), dtype=carry.buffer.dtype, device=device)
-        pos = torch.tensor([[capacity // 2]], device=device)
-        with torch.no_grad():
-            for _ in range(3):
-                op(x, pos, pos[0], carry.buffer)
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                op(x, pos, pos[0], carry.buffer)
-            if cuda:
-                torch.cuda.synchronize()
-            ms = (time.perf_counter() - t0) * 1e3 / steps
-        out[str(capacity)] = {"ms_per_step": round(ms, 3), "replay": op.counters.to_dict()}
-        del carry, engine, op
+        for extent in dict.fromkeys((capacity, min(512, capacity))):
+            engine = ReplayEngine(device)
+            op = engine.register("extent", step.logits, catalog=Catalog.any(), aliased=["buffer"])
+            x = torch.randn(
+                1, 1, int(llm.config.hidden_size), dtype=carry.buffer.dtype, device=device
+            )
+            pos = torch.tensor([[extent // 2]], device=device)
+            with torch.no_grad():
+                for _ in range(3):
+                    op(x, pos, pos[0], carry.buffer, extent)
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    op(x, pos, pos[0], carry.buffer, extent)
+                if cuda:
+                    torch.cuda.synchronize()
+                ms = (time.perf_counter() - t0) * 1e3 / steps
+            key = str(extent) if backend == rules.backend else f"{extent}/{backend}"
+            out[key] = {"ms_per_step": round(ms, 3), "replay": op.counters.to_dict()}
+            del engine, op
+        del carry
     return out

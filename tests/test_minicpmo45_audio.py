@@ -9,6 +9,7 @@ the position table is short, so the vendor's reset at its end comes every few un
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -34,7 +35,8 @@ def session() -> tuple[Any, BackboneRules, Arms]:
     model.tts = duplex.model.tts  # type: ignore[attr-defined]
     duplex.model = model
     arm = Arms(Arm.EAGER)
-    rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, BackboneSpec.read())
+    spec = replace(BackboneSpec.read(), extent_step=64)  # extents 64, 128, 192
+    rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 
 
@@ -48,7 +50,8 @@ def hear(duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms) -> list
         if u in (0, units // 2):  # a new conversation: the vendor's reset_session
             model.reset_session()
         frames, prefix, suffix = units_spec[0 if u in (0, units // 2) else 1]
-        mel = torch.randn(1, MELS, frames, generator=g)
+        # as the vendor's streaming processor hands it: a slice of its growing mel buffer
+        mel = torch.randn(1, MELS, frames + 1 + u, generator=g)[..., -frames:]
         outs.append(model.get_audio_embedding_streaming(mel, prefix, suffix)[0][0].clone())
     return outs
 
@@ -58,6 +61,7 @@ def test_every_arm_equals_eager_across_resets_and_a_new_conversation() -> None:
     eager = hear(duplex, 0, 10, [Arm.EAGER], arm)
     assert equal(eager, hear(duplex, 0, 10, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.audio_carry is not None and rules.audio_carry.capacity == 192  # 160 rounded
+    assert rules.audio_carry.extents == (64, 128, 192)  # each reached: 3 units = 150 frames
     rules.warm_up()
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         rules.reset_stats()

@@ -11,6 +11,7 @@ mark, barges in (a new turn: nothing changes in the LLM) and starts a new conver
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 HIDDEN, VOCAB, CODES = 64, 96, 40
+EXTENT_STEP = 32
 
 
 def build(seed: int = 0) -> tuple[Any, Any]:
@@ -61,7 +63,8 @@ def session(
     head = StandInSpeechHead(tts, codes=CODES) if speech else StandInTTS(tts)
     duplex = StandInBackboneDuplex(decoder, head, budget=6)
     arm = Arms(Arm.EAGER)
-    rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, BackboneSpec.read())
+    spec = replace(BackboneSpec.read(), extent_step=EXTENT_STEP)  # a ladder at these sizes
+    rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 
 
@@ -120,6 +123,7 @@ def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
     eager = conversation(duplex, 0, 6, [Arm.EAGER], arm)
     assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.window["slides"] >= 4, "the window slid in each half of each conversation"
+    assert rules.llm_carry.extents == (32, 64)  # the window's high mark (40) crosses the first
     rules.warm_up()
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         assert equal(eager, conversation(duplex, 0, 6, arms, arm)), arms
@@ -266,3 +270,15 @@ def test_a_full_carry_runs_the_vendors_code_counted() -> None:
     assert duplex.decoder.get_cache_length() > rules.llm_carry.capacity
     arm.arm = Arm.EAGER
     assert equal(outs, conversation(duplex, 2, 12, [Arm.EAGER], arm, slide=False))
+
+
+def test_the_extent_is_the_least_of_the_ladder_that_holds_the_call() -> None:
+    from adapters.minicpmo45.kv import KVCarry
+
+    carry = KVCarry(1, 1, 1100, 2, dtype=torch.float32, device="cpu")
+    assert carry.extents == (1100,) and carry.extent(5) == 1100
+    carry.ladder(512)
+    assert carry.extents == (512, 1024, 1100)
+    assert [carry.extent(n) for n in (1, 512, 513)] == [512, 512, 1024]
+    carry.length = 1020
+    assert (carry.extent(4), carry.extent(5), carry.extent(200)) == (1024, 1100, 1100)

@@ -57,10 +57,12 @@ class AudioRules:
     def _run(self, name: str, *args: Any) -> Any:
         raise NotImplementedError
 
-    def _audio(self, capacity_from: str, round_to: int, units: tuple[AudioUnit, ...]) -> None:
+    def _audio(
+        self, capacity_from: str, round_to: int, extent_step: int, units: tuple[AudioUnit, ...]
+    ) -> None:
         """``audio.step`` on the model's ``apm`` when the vendor reads its last layer; the
         carry's slots: the value at ``capacity_from`` (of the model) rounded up to
-        ``round_to``."""
+        ``round_to``, attended in extents of ``extent_step``."""
         self.audio_step, self.audio_carry, self.audio_units = None, None, units
         model = getattr(self.duplex, "model", None)
         apm = getattr(model, "apm", None)
@@ -81,6 +83,7 @@ class AudioRules:
         self.audio_carry = carry = KVCarry(
             layers, heads, slots, head_dim, dtype=dtype, device=self.device
         )
+        carry.ladder(extent_step)
         self.audio_view = CarryView(carry)
         self.audio_mels = mels = int(apm.config.num_mel_bins)
         calls = []
@@ -88,7 +91,7 @@ class AudioRules:
             n = step.frames(frames, prefix, suffix)
             mel = TensorSpec((1, mels, frames), torch.float32, self.device)
             index = TensorSpec((n,), torch.int64, self.device, stride=(1,))
-            calls.append((mel, index, carry.buffer, prefix, suffix))
+            calls += [(mel, index, carry.buffer, prefix, suffix, e) for e in carry.extents]
         self.ops["audio.step"] = self.replay.register(
             "audio.step", step.hidden, aliased=["buffer"], extra_key=lambda: self.backend,
             catalog=Catalog.of_calls(calls),
@@ -142,10 +145,10 @@ class AudioRules:
                 suffix_extra_frames=suffix_extra_frames, cnn_min_length=cnn_min_length,
             )  # fmt: skip
         n = step.frames(frames, prefix, suffix)
-        start = carry.length
+        start, extent = carry.length, carry.extent(n)
         slots = torch.arange(start, start + n, device=self.device)
-        mel = input_features.to(self.device)
-        hidden = self._run("audio.step", mel, slots, carry.buffer, prefix, suffix)
+        mel = input_features.to(self.device).contiguous()  # the processor's: a strided slice
+        hidden = self._run("audio.step", mel, slots, carry.buffer, prefix, suffix, extent)
         carry.length = start + n
         return SimpleNamespace(
             last_hidden_state=hidden,
@@ -179,5 +182,6 @@ class AudioRules:
                     mel = torch.randn(1, mels, frames, generator=g, device=self.device)
                     n = step.frames(frames, prefix, suffix)
                     slots = torch.arange(n, device=self.device)
-                    self.ops["audio.step"](mel, slots, carry.buffer, prefix, suffix)
+                    for e in carry.extents:
+                        self.ops["audio.step"](mel, slots, carry.buffer, prefix, suffix, e)
         carry.length = 0

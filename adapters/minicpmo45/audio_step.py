@@ -12,9 +12,11 @@ output; when the cache would pass the encoder's position table (``max_source_pos
 convolutions and their GELUs, the vendor's cut of the extra context frames (``prefix`` /
 ``suffix``, host integers: part of the signature), the position embedding gathered at
 ``slots``, then per layer the vendor's norms, projections and MLP, with attention over the
-carry's whole capacity under a boolean mask ``slot <= slots[-1]`` (every live slot: the
+carry's first ``extent`` slots (the least of the carry's ladder that holds them all:
+:meth:`~.kv.KVCarry.extent`) under a boolean mask ``slot <= slots[-1]`` (every live slot: the
 vendor's full attention), and the final norm. So a unit's call has fixed shapes (the mel
-frames, the cut, the carry) and is one exact signature (operator ``audio.step``); the price
+frames, the cut, the carry, the extent) and is one exact signature per extent (operator
+``audio.step``); the price
 against the vendor's forward is the LLM's (``llm_step.py``): attending masked slots changes the
 reduction's blocking, about one ulp.
 
@@ -68,10 +70,11 @@ class AudioStep:
         return (mel_frames - 1) // 2 + 1 - cut_frames(prefix) - cut_frames(suffix)
 
     def hidden(
-        self, mel: Tensor, slots: Tensor, buffer: Tensor, prefix: int, suffix: int
+        self, mel: Tensor, slots: Tensor, buffer: Tensor, prefix: int, suffix: int, extent: int
     ) -> Tensor:
-        """The encoder on ``mel [1, n_mels, frames]`` writing ``slots [n]`` of ``buffer``: the
-        final norm's output ``[1, n, d_model]`` (the vendor's ``hidden_states[-1]``)."""
+        """The encoder on ``mel [1, n_mels, frames]`` writing ``slots [n]`` of ``buffer`` and
+        attending its first ``extent`` slots: the final norm's output ``[1, n, d_model]`` (the
+        vendor's ``hidden_states[-1]``)."""
         core: Any = self.apm
         x = mel.to(dtype=core.conv1.weight.dtype)
         x = F.gelu(core.conv1(x))
@@ -83,12 +86,13 @@ class AudioStep:
             x = x[:, :, :-tail]
         h = x.permute(0, 2, 1) + core.embed_positions.weight.index_select(0, slots)
         n = h.shape[1]
-        mask = (self.cols <= slots[-1]).view(1, 1, 1, self.capacity).expand(1, 1, n, -1)
+        mask = (self.cols[:extent] <= slots[-1]).view(1, 1, 1, extent).expand(1, 1, n, -1)
         with sdpa_backend(self.backend):
             for i, layer in enumerate(self.layers):
                 residual = h
                 h = layer.self_attn_layer_norm(h)
-                h = residual + self._attention(layer.self_attn, h, slots, mask, buffer[i], n)
+                kv = buffer[i, :, :, :extent]
+                h = residual + self._attention(layer.self_attn, h, slots, mask, kv, buffer[i], n)
                 residual = h
                 h = layer.final_layer_norm(h)
                 h = layer.fc2(layer.activation_fn(layer.fc1(h)))
@@ -97,14 +101,14 @@ class AudioStep:
         return out
 
     def _attention(
-        self, attn: Any, h: Tensor, slots: Tensor, mask: Tensor, kv: Tensor, n: int
+        self, attn: Any, h: Tensor, slots: Tensor, mask: Tensor, kv: Tensor, carry: Tensor, n: int
     ) -> Tensor:
         shape = (1, n, self.heads, self.head_dim)
         q = (attn.q_proj(h) * attn.scaling).view(shape).transpose(1, 2)
         k = attn.k_proj(h).view(shape).transpose(1, 2)
         v = attn.v_proj(h).view(shape).transpose(1, 2)
-        kv[0].index_copy_(1, slots, k[0])
-        kv[1].index_copy_(1, slots, v[0])
+        carry[0].index_copy_(1, slots, k[0])
+        carry[1].index_copy_(1, slots, v[0])
         out = F.scaled_dot_product_attention(
             q, kv[0].unsqueeze(0), kv[1].unsqueeze(0), attn_mask=mask, scale=1.0
         )

@@ -47,6 +47,19 @@ class KVCarry:
             head_dim,
         )
         self.length = 0
+        self.extents: tuple[int, ...] = (capacity,)
+        """The attended extents (:meth:`ladder`): the capacity alone until one is set."""
+
+    def ladder(self, step: int) -> None:
+        """Attend every multiple of ``step`` below the capacity, and the capacity."""
+        if step <= 0:
+            raise ValueError(f"extent step {step}: must be > 0")
+        self.extents = (*range(step, self.capacity, step), self.capacity)
+
+    def extent(self, n: int) -> int:
+        """The least extent that holds the live slots and ``n`` more (a call writing ``n``)."""
+        end = self.length + n
+        return next((e for e in self.extents if e >= end), self.capacity)
 
     @property
     def nbytes(self) -> int:

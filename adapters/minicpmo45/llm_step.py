@@ -7,16 +7,18 @@ weights (``input_layernorm``, ``q_proj``, ``q_norm``, ``rotary_emb``, ``mlp``, .
 attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in place:
 
 * the new keys and values go to the carry at ``slots`` (``index_copy_``, a device tensor);
-* attention covers the carry's **whole capacity** with a boolean mask ``slot <= slots[row]``
-  (the attended-extent choice: one signature per ``L``, not one per cache length). Why, by
-  count at the released shapes: the LLM's carry is 36 layers x 2 x 8 heads x 4,096 slots x 128
-  x 2 B = 604 MB, read once per decode step beside 16.4 GB of weights (+3.7 % of the step's
-  bytes at most; the live length sits between the prompt and the window's high mark, so a
-  catalog of extents would save under 3.7 %, about 2.5 ms a unit of 20 steps at the H200's
-  4.8 TB/s), while each extent in a catalog adds a captured graph per fed length and its
-  memory. The TTS head's carry (20 x 2 x 12 x 4,096 x 64 x 2 B = 252 MB) adds about 1.4 ms a
-  unit of 26 steps by the same count. Measured: ``bench/minicpmo45.py``'s ``extent`` phase
-  (one replayed decode step at the full capacity against a 512-slot carry). The price in
+* attention covers the carry's first ``extent`` slots with a boolean mask ``slot <=
+  slots[row]``; the extent is the least of a small ladder (every multiple of the declaration's
+  ``extent_step`` up to the capacity: :meth:`~.kv.KVCarry.extent`) that holds every live
+  slot, a host integer and so part of the signature: one exact signature per ``(L, extent)``,
+  never one per cache length, and the same choice under every arm. Why not the whole
+  capacity (the first design): by bytes the LLM's carry (36 layers x 2 x 8 heads x 4,096
+  slots x 128 x 2 B = 604 MB) is +3.7 % of a decode step's 16.4 GB of weights, but measured on
+  the H200 (``bench/minicpmo45.py``'s ``extent`` phase, 2026-12-02 01:05) one replayed decode
+  step took 14.75 ms attending 4,096 slots against 9.47 ms attending 512: the masked attention
+  kernel works through the extent with one block per key head (8 here), so its time grows with
+  the extent far beyond its bytes. The live length sits between the prompt and the window's
+  high mark; the ladder attends at most ``extent_step`` slots more than it. The price in
   agreement with the vendor's loop: attending masked slots changes the kernel's reduction
   blocking, so logits differ from transformers' (which attends the live length) by about one
   bf16 ulp. Seen on the CPU (Qwen3 in bf16, 2 layers): with the kernel transformers picks
@@ -28,10 +30,10 @@ attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in 
   scaled-dot-product attention runs on the carry's own views;
 * the SDPA backend is pinned (:data:`BACKENDS`), and named in the replay signature.
 
-So a call's shapes depend only on ``L`` (the tokens fed at once) and never on the cache length:
-the decode step (``L = 1``) is one exact signature for a whole conversation. Positions (for the
-rotary embedding) and slots are separate inputs: the LLM's are equal (the vendor feeds position
-= cache length), the TTS head's positions are the vendor's own.
+So a call's shapes depend only on ``L`` (the tokens fed at once) and the extent, never on the
+cache length: the decode step (``L = 1``) is one exact signature per extent of the ladder.
+Positions (for the rotary embedding) and slots are separate inputs: the LLM's are equal (the
+vendor feeds position = cache length), the TTS head's positions are the vendor's own.
 
 Every method is capturable once its shapes are fixed: no host reads, no allocation outside the
 caching allocator, the constant ``arange`` made at construction.
@@ -102,22 +104,26 @@ class CarryStep:
         """``[layers, 2, kv_heads, capacity, head_dim]``."""
         return (len(self.layers), 2, self.kv_heads, self.capacity, self.head_dim)
 
-    def hidden(self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor) -> Tensor:
+    def hidden(
+        self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor, extent: int
+    ) -> Tensor:
         """The stack on ``x [1, L, hidden]`` at ``positions [1, L]``, writing ``slots [L]`` of
-        ``buffer``; the final norm's output ``[1, L, hidden]`` (what the vendor reads as
-        ``hidden_states[-1]`` / ``last_hidden_state``)."""
+        ``buffer`` and attending its first ``extent`` slots (every slot written so far must lie
+        below it: :meth:`~.kv.KVCarry.extent`); the final norm's output ``[1, L, hidden]`` (what the
+        vendor reads as ``hidden_states[-1]`` / ``last_hidden_state``)."""
         with sdpa_backend(self.backend):
             core: Any = self.core
             cos, sin = core.rotary_emb(x, positions)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             rows = L = x.shape[1]
-            mask = (self.cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(self.group, 1)
-            mask = mask.view(1, 1, self.group * rows, self.capacity)
+            cols = self.cols[:extent]
+            mask = (cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(self.group, 1)
+            mask = mask.view(1, 1, self.group * rows, extent)
             h = x
             for i, layer in enumerate(self.layers):
                 residual = h
                 h = layer.input_layernorm(h)
-                h = self._attention(layer.self_attn, h, cos, sin, slots, mask, buffer[i], L)
+                h = self._attention(layer.self_attn, h, cos, sin, slots, mask, buffer[i], L, extent)
                 h = residual + h
                 residual = h
                 h = layer.post_attention_layernorm(h)
@@ -127,11 +133,11 @@ class CarryStep:
             return out
 
     def logits(
-        self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor
+        self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor, extent: int
     ) -> tuple[Tensor, Tensor]:
         """:meth:`hidden` and the head on its last row: ``(logits [1, vocab], hidden)``."""
         assert self.head is not None, "CarryStep.logits needs the LM head"
-        hidden = self.hidden(x, positions, slots, buffer)
+        hidden = self.hidden(x, positions, slots, buffer, extent)
         logits: Tensor = self.head(hidden[:, -1:])[:, -1]
         return logits, hidden
 
@@ -145,6 +151,7 @@ class CarryStep:
         mask: Tensor,
         kv: Tensor,
         L: int,
+        extent: int,
     ) -> Tensor:
         shape = (1, L, -1, self.head_dim)
         q = attn.q_proj(h).view(shape)
@@ -159,9 +166,8 @@ class CarryStep:
         kv[0].index_copy_(1, slots, k[0])
         kv[1].index_copy_(1, slots, v[0])
         grouped = q.reshape(1, self.kv_heads, self.group * L, self.head_dim)
-        out = F.scaled_dot_product_attention(
-            grouped, kv[0].unsqueeze(0), kv[1].unsqueeze(0), attn_mask=mask
-        )
+        keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
+        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
         out = out.reshape(1, self.heads, L, self.head_dim).transpose(1, 2).reshape(1, L, -1)
         result: Tensor = attn.o_proj(out)
         return result

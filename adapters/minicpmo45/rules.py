@@ -96,6 +96,7 @@ class BackboneSpec:
     audio_capacity_from: str
     audio_units: tuple[AudioUnit, ...]
     round_to: int
+    extent_step: int
     sdpa: dict[str, str]
 
     @classmethod
@@ -116,6 +117,7 @@ class BackboneSpec:
                 (int(u["mel_frames"]), int(u["prefix"]), int(u["suffix"])) for u in audio["units"]
             ),
             round_to=int(data["round_to"]),
+            extent_step=int(data["extent_step"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
         )
 
@@ -234,7 +236,7 @@ class BackboneRules(SamplingRules, AudioRules):
             if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
                 self._speech_tokens(tts, tdtype)
         self.fallbacks: Counter[str] = Counter()
-        self._audio(spec.audio_capacity_from, spec.round_to, spec.audio_units)
+        self._audio(spec.audio_capacity_from, spec.round_to, spec.extent_step, spec.audio_units)
         self.vendor = False
         self.timing = False
         self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
@@ -386,15 +388,15 @@ class BackboneRules(SamplingRules, AudioRules):
                 self.fallbacks["llm_carry_full"] += 1
                 self._export_llm()
             return self._vendor(dec, "feed")(embeds, return_logits)
-        start = self.llm_carry.length
+        start, extent = self.llm_carry.length, self.llm_carry.extent(n)
         positions = torch.arange(start, start + n, device=embeds.device).unsqueeze(0)
         x = embeds.unsqueeze(0)
         buffer = self.llm_carry.buffer
         with torch.no_grad():
             if return_logits:
-                logits, hidden = self._run("llm.step", x, positions, positions[0], buffer)
+                logits, hidden = self._run("llm.step", x, positions, positions[0], buffer, extent)
             else:
-                self._run("llm.feed", x, positions, positions[0], buffer)
+                self._run("llm.feed", x, positions, positions[0], buffer, extent)
         self.llm_carry.length = start + n
         dec.cache = self.llm_view
         return (logits, hidden) if return_logits else None
@@ -469,9 +471,9 @@ class BackboneRules(SamplingRules, AudioRules):
             )  # fmt: skip
         assert inputs_embeds is not None and position_ids is not None
         n = int(inputs_embeds.shape[1])
-        start = carry.length
+        start, extent = carry.length, carry.extent(n)
         slots = torch.arange(start, start + n, device=inputs_embeds.device)
-        hidden = self._run("tts.step", inputs_embeds, position_ids, slots, carry.buffer)
+        hidden = self._run("tts.step", inputs_embeds, position_ids, slots, carry.buffer, extent)
         carry.length = start + n
         return SimpleNamespace(last_hidden_state=hidden, past_key_values=self.tts_view)
 
@@ -488,12 +490,15 @@ class BackboneRules(SamplingRules, AudioRules):
         x = torch.randn(1, n, hidden, dtype=dtype, device=self.device)
         positions = torch.arange(n, device=self.device).unsqueeze(0)
         ops = ("tts.step",) if name == "tts" else ("llm.step", "llm.feed")
-        for op in ops:
-            self.ops[op](x, positions, positions[0], carry.buffer)
+        for extent in carry.extents:
+            for op in ops:
+                self.ops[op](x, positions, positions[0], carry.buffer, extent)
 
     def _carry(self, step: CarryStep, dtype: torch.dtype) -> KVCarry:
         layers, _, kv_heads, capacity, head_dim = step.carry_shape()
-        return KVCarry(layers, kv_heads, capacity, head_dim, dtype=dtype, device=self.device)
+        carry = KVCarry(layers, kv_heads, capacity, head_dim, dtype=dtype, device=self.device)
+        carry.ladder(self.spec.extent_step)
+        return carry
 
     def _catalog(
         self,
@@ -507,7 +512,8 @@ class BackboneRules(SamplingRules, AudioRules):
         for n in lengths:
             positions = TensorSpec((1, n), torch.int64, dev)
             slots = TensorSpec((n,), torch.int64, dev, stride=(1,))
-            calls.append((TensorSpec((1, n, hidden), dtype, dev), positions, slots, carry.buffer))
+            x = TensorSpec((1, n, hidden), dtype, dev)
+            calls += [(x, positions, slots, carry.buffer, e) for e in carry.extents]
         return Catalog.of_calls(calls)
 
     # -- timing -----------------------------------------------------------------------------

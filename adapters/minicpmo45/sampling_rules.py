@@ -167,8 +167,9 @@ class SamplingRules:
         self._tts_penalty = proc
         self.speech = sp = SpeechTokens(tts, self.tts_step, self.tts_carry.buffer, proc[1])
         catalog = Catalog.of_calls(
-            (sp.prev, sp.position, sp.slot, sp.buffer, sp.draw(proc[0], proc[0] != 1.0, mask))
+            (sp.prev, sp.position, sp.slot, sp.buffer, sp.draw(proc[0], proc[0] != 1.0, mask), e)
             for mask in (False, True)
+            for e in self.tts_carry.extents
         )
         self.ops["tts.token"] = self.replay.register(
             "tts.token", sp.token, catalog=catalog, extra_key=lambda: self.backend,
@@ -220,8 +221,10 @@ class SamplingRules:
             if t > 0:
                 mask = no_stop or t < least
                 if past is self.tts_view and carry.fits(1):
-                    draw = sp.draw(penalty, penalize, mask)
-                    token = self.ops["tts.token"](sp.prev, sp.position, sp.slot, sp.buffer, draw)
+                    draw, extent = sp.draw(penalty, penalize, mask), carry.extent(1)
+                    token = self.ops["tts.token"](
+                        sp.prev, sp.position, sp.slot, sp.buffer, draw, extent
+                    )
                     carry.length += 1
                 else:  # the vendor's forward on its own cache (counted by _tts_forward)
                     self.fallbacks["tts_token_eager"] += 1
@@ -250,6 +253,8 @@ class SamplingRules:
         state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         cpu_state = torch.get_rng_state()
         penalty = self._tts_penalty[0]
+        assert self.tts_carry is not None
+        sp_extents = self.tts_carry.extents
         temperature = torch.ones(1, 1, device=self.device)
         with torch.inference_mode():
             sp.start(torch.tensor([sp.vocab - 1], device=self.device), temperature)
@@ -257,8 +262,11 @@ class SamplingRules:
             for _ in range(self.replay.warmup_calls + 1):
                 for mask in (False, True):
                     draw = sp.draw(penalty, penalty != 1.0, mask)
-                    self.ops["tts.token"](sp.prev, sp.position, sp.slot, sp.buffer, draw)
-                    sp.place(0, 0)
+                    for extent in sp_extents:
+                        self.ops["tts.token"](
+                            sp.prev, sp.position, sp.slot, sp.buffer, draw, extent
+                        )
+                        sp.place(0, 0)
         if state is not None:
             torch.cuda.set_rng_state(state, self.device)
         torch.set_rng_state(cpu_state)

@@ -148,12 +148,13 @@ class SpeechTokens:
         return token
 
     def token(
-        self, prev: Tensor, position: Tensor, slot: Tensor, buffer: Tensor, draw: Draw
+        self, prev: Tensor, position: Tensor, slot: Tensor, buffer: Tensor, draw: Draw, extent: int
     ) -> Tensor:
         """One token ``t >= 1``: ``emb_code[0](prev)``, the Llama step at ``position`` / ``slot``
-        of ``buffer``, :meth:`sample`; advances ``prev``, ``position`` and ``slot``."""
+        of ``buffer`` attending its first ``extent`` slots, :meth:`sample`; advances ``prev``,
+        ``position`` and ``slot``."""
         x = self.tts.emb_code[0](prev)
-        hidden = self.step.hidden(x, position, slot, buffer)
+        hidden = self.step.hidden(x, position, slot, buffer, extent)
         token = self.sample(hidden, draw)
         prev.copy_(token[:, :1])
         position.add_(1)

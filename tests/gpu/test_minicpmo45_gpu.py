@@ -104,16 +104,18 @@ def slides(session: Any) -> int | None:
 
 
 def sampling(session: Any, arm: Arm) -> dict[str, Any]:
-    """Under a replaying arm, the rules' token-loop counters (``llm.sample``, ``tts.token``)."""
+    """Under a replaying arm, the rules' token-loop counters and the misses of the operators
+    whose every call is a catalog entry (the token loops, the TTS condition and steps, the
+    audio encoder's unit)."""
     rules = session.rules
     if not arm.replay or rules is None or not callable(getattr(rules, "stats", None)):
         return {}
     stats = rules.stats()
     if "sampled" not in stats:
         return {}
-    ops = ("llm.sample", "tts.token")
+    ops = ("llm.sample", "tts.token", "tts.step", "audio.step")
     misses = {op: stats["replay"][op]["misses"] for op in ops if op in stats["replay"]}
-    return {"sampled": stats["sampled"], "sample_misses": misses}
+    return {"sampled": stats["sampled"], "replay_misses": misses}
 
 
 @pytest.mark.parametrize("seed", [0, 1], ids=["seed0", "seed1"])
@@ -139,10 +141,10 @@ def test_every_arm_equals_eager_across_barge_in_window_and_new_conversation(
         if isinstance(result, dict):
             assert result["equal"]["all"] == UNITS, (name, result)
     assert spoke > 0
-    for name, result in figures.items():  # the token loops ran on the device, replayed
+    for name, result in figures.items():  # the token loops ran on the device, all replayed
         if isinstance(result, dict) and "sampled" in result:
             assert result["sampled"]["tokens"] == result["sampled"]["host_reads"] > 0, name
-            for op, misses in result["sample_misses"].items():
+            for op, misses in result["replay_misses"].items():
                 assert set(misses) <= {"warmup"}, (name, op, misses)
     if window is not None:
         assert window > 0, "no sliding-window event within the units: smaller bounds needed"
