@@ -56,7 +56,7 @@ class Arms:
 
 
 def session(
-    high: int = 40, low: int = 30, speech: bool = False
+    high: int = 40, low: int = 30, speech: bool = False, block: int = 0
 ) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
     llm, tts = build()
     decoder = StandInDecoder(llm, high, low, preserve=5)
@@ -64,6 +64,7 @@ def session(
     duplex = StandInBackboneDuplex(decoder, head, budget=6)
     arm = Arms(Arm.EAGER)
     spec = replace(BackboneSpec.read(), extent_step=EXTENT_STEP)  # a ladder at these sizes
+    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens)
     rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 
@@ -203,7 +204,9 @@ def test_every_arm_equals_eager_with_the_decoders_sampling(mode: str) -> None:
         assert stats["sampled"]["rewinds"] > 0
 
 
-def speech_turns(duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms) -> list[Any]:
+def speech_turns(
+    duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms, least: int = 6
+) -> list[Any]:
     """The duplex object's calls of the TTS head's ``generate_chunk`` (its streaming_generate's
     arguments and turn bookkeeping: a turn ends every third unit); every token and the
     generator after each unit."""
@@ -213,11 +216,11 @@ def speech_turns(duplex: Any, seed: int, units: int, arms: list[Arm], arm: Arms)
     for u in range(units):
         arm.arm = arms[u % len(arms)]
         condition = torch.randn(1, 3 + u % 2, 48, generator=g)
-        least = 0 if u % 3 == 0 else 6
+        at_least = 0 if u % 3 == 0 else least
         tokens, kv = tts.generate_chunk(
             inputs_embeds=condition, temperature=torch.tensor([0.8]), repetition_penalty=1.05,
             eos_token=torch.tensor([CODES - 1]), force_no_stop=False, max_new_token=8,
-            min_new_tokens=least, past_key_values=past, logits_processors=None,
+            min_new_tokens=at_least, past_key_values=past, logits_processors=None,
             text_start_pos=start,
         )  # fmt: skip
         outs += [tokens.clone(), torch.get_rng_state()]
@@ -246,6 +249,25 @@ def test_every_arm_equals_eager_with_the_tts_heads_token_loop() -> None:
     assert set(token["misses"]) == {"host_randomness"}, token  # the CPU's host generator
     assert stats["sampled"]["speech_host_reads"] > 0
     assert not {k for k in stats["fallbacks"] if k.startswith("tts_token")}, stats["fallbacks"]
+
+
+def test_a_chunk_that_cannot_stop_is_one_replay() -> None:
+    """A chunk whose eos is masked to its end (the vendor's mid-turn chunk: at least as many
+    tokens as it asks) makes every token after the condition's in one ``tts.tokens`` call with
+    no host read; the others one a token. Equal to the vendor's loop under eager, across turns
+    and the extent ladder (32 slots: chunks cross it, and those run one a token)."""
+    duplex, rules, arm = session(speech=True, block=7)  # the stand-in's chunk: 8 tokens asked
+    eager = speech_turns(duplex, 6, 9, [Arm.EAGER], arm, least=8)
+    arm.arm = Arm.SRC
+    rules.warm_up()
+    rules.reset_stats()
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, speech_turns(duplex, 6, 9, arms, arm, least=8)), arms
+    stats = rules.stats()
+    blocks = stats["replay"]["tts.tokens"]
+    assert stats["sampled"]["speech_blocks"] >= 3, stats["sampled"]
+    assert set(blocks["misses"]) == {"host_randomness"}, blocks  # the CPU's host generator
+    assert stats["replay"]["tts.token"]["misses"], "turn starts and crossings: one a token"
 
 
 def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:

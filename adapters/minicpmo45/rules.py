@@ -93,6 +93,7 @@ class BackboneSpec:
     tts_capacity_from: str
     tts_lengths: tuple[int, ...]
     condition_tokens_from: str
+    tts_block_tokens: int
     audio_capacity_from: str
     audio_units: tuple[AudioUnit, ...]
     round_to: int
@@ -112,6 +113,7 @@ class BackboneSpec:
             tts_capacity_from=str(tts["capacity_from"]),
             tts_lengths=tuple(int(n) for n in tts["feed_lengths"]),
             condition_tokens_from=str(tts["condition_tokens_from"]),
+            tts_block_tokens=int(tts["block_tokens"]),
             audio_capacity_from=str(audio["capacity_from"]),
             audio_units=tuple(
                 (int(u["mel_frames"]), int(u["prefix"]), int(u["suffix"])) for u in audio["units"]
@@ -233,6 +235,7 @@ class BackboneRules(SamplingRules, AudioRules):
                 catalog=self._catalog(self.tts_carry, int(core.config.hidden_size), tdtype,
                                       self.tts_lengths),
             )  # fmt: skip
+            self._tts_block = spec.tts_block_tokens
             if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
                 self._speech_tokens(tts, tdtype)
         self.fallbacks: Counter[str] = Counter()
@@ -240,7 +243,7 @@ class BackboneRules(SamplingRules, AudioRules):
         self.vendor = False
         self.timing = False
         self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
-        self.sampled["speech_host_reads"] = 0
+        self.sampled["speech_host_reads"] = self.sampled["speech_blocks"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}

@@ -55,6 +55,7 @@ class SamplingRules:
     _last: tuple[int, Tensor] | None
     _decode_defaults: dict[str, Any]
     _tts_penalty: tuple[float, int]
+    _tts_block: int
 
     def _vendor(self, obj: Any, name: str) -> Any:
         raise NotImplementedError
@@ -175,6 +176,16 @@ class SamplingRules:
             "tts.token", sp.token, catalog=catalog, extra_key=lambda: self.backend,
             aliased=["prev", "position", "slot", "buffer", "draw"],
         )  # fmt: skip
+        if self._tts_block > 0:
+            block = Catalog.of_calls(
+                (sp.prev, sp.position, sp.slot, sp.buffer, sp.draw(proc[0], proc[0] != 1.0, True),
+                 e, self._tts_block)
+                for e in self.tts_carry.extents
+            )  # fmt: skip
+            self.ops["tts.tokens"] = self.replay.register(
+                "tts.tokens", sp.tokens, catalog=block, extra_key=lambda: self.backend,
+                aliased=["prev", "position", "slot", "buffer", "draw"],
+            )  # fmt: skip
 
     def _generate_chunk(self, *args: Any, **kwargs: Any) -> Any:
         """The TTS head's ``generate_chunk``: ours under a replaying arm, else the vendor's."""
@@ -218,6 +229,15 @@ class SamplingRules:
         token = sp.sample(out.last_hidden_state, sp.draw(penalty, False, no_stop or least > 0))
         t = 0
         for t in range(most):
+            if t == 1 and self._block_fits(past, most, least, no_stop):
+                draw, extent = sp.draw(penalty, penalize, True), carry.extent(1)
+                new_tokens[0, 1:] = self.ops["tts.tokens"](
+                    sp.prev, sp.position, sp.slot, sp.buffer, draw, extent, most - 1
+                )  # no host read: nothing in the stretch can stop it
+                carry.length += most - 1
+                self.sampled["speech_blocks"] += 1
+                t = most - 1  # the vendor's loop ends there: its last token is not returned
+                break
             if t > 0:
                 mask = no_stop or t < least
                 if past is self.tts_view and carry.fits(1):
@@ -248,6 +268,17 @@ class SamplingRules:
                 break
         return new_tokens[:, 0:t, :], past
 
+    def _block_fits(self, past: Any, most: int, least: int, no_stop: bool) -> bool:
+        """Whether every token after the condition's can be one ``tts.tokens`` replay: the
+        declared stretch, eos masked throughout (the vendor's loop cannot stop early), and one
+        extent of the carry holding every slot it writes."""
+        carry = self.tts_carry
+        return (
+            "tts.tokens" in self.ops and past is self.tts_view and carry is not None
+            and most - 1 == self._tts_block and (no_stop or least >= most)
+            and carry.fits(most - 1) and carry.extent(1) == carry.extent(most - 1)
+        )  # fmt: skip
+
     def _warm_speech(self, sp: SpeechTokens) -> None:
         """Capture ``tts.token`` (eos masked and not); the generator as before."""
         state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
@@ -267,6 +298,12 @@ class SamplingRules:
                             sp.prev, sp.position, sp.slot, sp.buffer, draw, extent
                         )
                         sp.place(0, 0)
+                        if mask and "tts.tokens" in self.ops:
+                            self.ops["tts.tokens"](
+                                sp.prev, sp.position, sp.slot, sp.buffer, draw, extent,
+                                self._tts_block,
+                            )  # fmt: skip
+                            sp.place(0, 0)
         if state is not None:
             torch.cuda.set_rng_state(state, self.device)
         torch.set_rng_state(cpu_state)

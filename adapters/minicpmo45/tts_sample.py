@@ -160,3 +160,20 @@ class SpeechTokens:
         position.add_(1)
         slot.add_(1)
         return token
+
+    def tokens(
+        self,
+        prev: Tensor,
+        position: Tensor,
+        slot: Tensor,
+        buffer: Tensor,
+        draw: Draw,
+        extent: int,
+        count: int,
+    ) -> Tensor:
+        """``count`` tokens, each one :meth:`token` call (the same ops and draws in the same
+        order): ``[count, num_vq]``. Only for a stretch where the vendor cannot stop (eos masked
+        throughout) and one extent holds every slot it writes."""
+        return torch.cat(
+            [self.token(prev, position, slot, buffer, draw, extent) for _ in range(count)]
+        )
