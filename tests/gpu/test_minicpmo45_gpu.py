@@ -113,7 +113,7 @@ def sampling(session: Any, arm: Arm) -> dict[str, Any]:
     stats = rules.stats()
     if "sampled" not in stats:
         return {}
-    ops = ("llm.sample", "tts.token", "tts.step", "audio.step")
+    ops = ("llm.sample", "tts.token", "tts.tokens", "tts.step", "audio.step")
     misses = {op: stats["replay"][op]["misses"] for op in ops if op in stats["replay"]}
     return {"sampled": stats["sampled"], "replay_misses": misses}
 
