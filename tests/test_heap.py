@@ -18,10 +18,20 @@ def walked() -> int:
     return len(gc.get_objects())
 
 
+@pytest.fixture(scope="module")
+def heap() -> list[list[list[int]]]:
+    """About two million tracked objects, like a process holding a model and a GUI; built once
+    for the module with the collector off, whose collections would walk the growing heap again
+    and again."""
+    gc.disable()
+    try:
+        return [[[] for _ in range(9)] for _ in range(200_000)]
+    finally:
+        gc.enable()
+
+
 @pytest.fixture
-def big_heap() -> Iterator[list[list[list[int]]]]:
-    """About two million tracked objects, like a process holding a model and a GUI."""
-    heap = [[[] for _ in range(9)] for _ in range(200_000)]
+def big_heap(heap: list[list[list[int]]]) -> Iterator[list[list[list[int]]]]:
     yield heap
     gc.unfreeze()  # give this test's objects back to the collector
 
