@@ -21,4 +21,5 @@ if audio_env="$(scripts/virtual_audio.sh)"; then
 else
     echo "test: no virtual audio device (see the message above): audio tests will skip" >&2
 fi
-"$py" -m pytest "$@"
+# The 30 slowest tests at the end of every run: where the suite's time goes (CI reads them).
+"$py" -m pytest --durations=30 "$@"

@@ -59,11 +59,13 @@ def test_a_tone_played_for_5_s_comes_back_clean_with_no_xruns(
 ) -> None:
     source, sink = devices
     captured, started = [], time.monotonic()
-    first_write = 0.0
-    for period in range(5):  # the engine's pattern: one period out, one period in
-        if period == 0:
-            first_write = time.monotonic()
-        sink.write(tone(1.0, start=period * OUT_RATE))
+    first_write = time.monotonic()
+    # One period ahead, then the engine's pattern: one period out, one period in. Written only
+    # as each read returns, the sink's lead was the moments between starting the source and
+    # the first write (~0.1 s): a test thread woken that late on a busy host ran it dry.
+    sink.write(tone(1.0))
+    for period in range(5):
+        sink.write(tone(1.0, start=(period + 1) * OUT_RATE))
         block = source.read_period(IN_RATE, timeout=3.0)
         assert block is not None and block.dtype == np.float32 and block.shape == (IN_RATE,)
         captured.append(block)

@@ -129,7 +129,9 @@ def test_a_vanished_device_is_said_and_reopen_recovers(
     assert out["lost"] == [True, True]
     assert out["detected_s"] < 1.5  # callbacks stopped for lost_after_s (0.5 s), or finished
     assert [said.split(" ")[1] for said in out["said"]] == ["microphone", "speaker"], out["said"]
-    assert out["lost_read"] < 0.1  # said again at once, never a silent wait
+    # said again at once: a read that waited would wait for the stall detector (lost_after_s,
+    # 0.5 s) first; 0.1 s was the bound, which a busy host's scheduling alone can reach
+    assert out["lost_read"] < 0.4
     assert out["levels_lost"] == [-120.0, -120.0]
     assert out["lost_after_reopen"] == [False, False]
     assert out["after"] > 0.1  # sound flows again through the restarted server

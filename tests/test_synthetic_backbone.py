@@ -1,10 +1,10 @@
-"""SyntheticBackbone on real espeak-ng speech: listens, answers at the token clock, yields."""
+"""SyntheticBackbone on real espeak-ng speech: listens, answers at the token clock, yields.
+
+How long a period takes is bench/converse.py's figure (its stages_ms.backbone), not a test's.
+"""
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import pytest
 import torch
 
@@ -114,18 +114,6 @@ def test_a_turns_tokens_depend_on_seed_and_turn_only() -> None:
     late = run(backbone_of(), conversation([2.5, QUESTION, 9.0]))
     a, b = early[speaking(early)[0]], late[speaking(late)[0]]
     assert torch.equal(a.tokens, b.tokens)
-
-
-def test_a_period_costs_well_under_its_budget() -> None:
-    talk = conversation([0.5, QUESTION, 5.0])
-    backbone = backbone_of()
-    costs: dict[Phase, list[float]] = {Phase.LISTEN: [], Phase.SPEAK: []}
-    for mic in talk.periods():
-        start = time.perf_counter()
-        step = backbone.step(mic)
-        costs[step.phase].append(time.perf_counter() - start)
-    # Measured ~2 ms listening and ~16 ms speaking on one thread; the budget is the period.
-    assert np.median(costs[Phase.LISTEN]) < 0.05 and np.median(costs[Phase.SPEAK]) < 0.1
 
 
 @pytest.mark.parametrize(

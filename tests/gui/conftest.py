@@ -18,6 +18,11 @@ import pytest
 
 from app.settings import Settings, save_settings
 
+# A hang guard on a session's build or its first periods, never a speed bar: the small model
+# builds in seconds on two idle cores, but took 54 s with the machine at load 9 (and failed a
+# 60-s guard at load 10); a conversation that hangs still fails, five minutes on.
+SESSION_MS = 300_000
+
 
 def small_cpu_settings(**changes: object) -> Settings:
     """The small Token2Wav on the CPU (``synthetic``, named: the default is the basic voice): a

@@ -11,13 +11,12 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.audio.limiter import PeakLimiter
+from tests.gui.conftest import SESSION_MS
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def _peak_dbfs(samples: np.ndarray) -> float:

@@ -17,13 +17,12 @@ from app.gui.export.writers import ExportKind
 from engine.arms import Arm
 from engine.trace import read_trace
 from engine.trace_export import validate_chrome_trace
+from tests.gui.conftest import SESSION_MS
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_S = 60_000  # ms: a build plus a dozen unpaced periods take seconds; the box is shared
 
 
 def _periods(window: MainWindow) -> int:
@@ -34,7 +33,7 @@ def test_talk_switch_arm_export_and_stop(
     make_window: Callable[..., MainWindow], qtbot: QtBot, tmp_path: Path
 ) -> None:
     window = make_window(realtime=True)
-    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_S) as ready:
+    with qtbot.waitSignal(window.controller.ready, timeout=SESSION_MS) as ready:
         window.start_conversation()
     info = ready.args[0]
     assert info.weights_synthetic and info.device == "cpu" and info.arm == "SRc"
@@ -42,21 +41,21 @@ def test_talk_switch_arm_export_and_stop(
     assert "(small, seeded random weights)" in window.session_card.value("model")
     assert window.banner.isVisible()
 
-    qtbot.waitUntil(lambda: _periods(window) >= 3, timeout=SESSION_S)
+    qtbot.waitUntil(lambda: _periods(window) >= 3, timeout=SESSION_MS)
     window.switch_arm(Arm.EAGER)  # what the toolbar's arm box does
     switched_at = _periods(window)
-    qtbot.waitUntil(lambda: _periods(window) >= switched_at + 3, timeout=SESSION_S)
+    qtbot.waitUntil(lambda: _periods(window) >= switched_at + 3, timeout=SESSION_MS)
 
     # Export mid-conversation: it runs on a pool thread and the periods keep coming.
     out = tmp_path / "export"
     out.mkdir()
-    with qtbot.waitSignal(window.exports.done, timeout=SESSION_S) as done:
+    with qtbot.waitSignal(window.exports.done, timeout=SESSION_MS) as done:
         window.exports.export_to(out, "mid", list(ExportKind))
     assert len(done.args[0]) == len(ExportKind)
     during = _periods(window)
-    qtbot.waitUntil(lambda: _periods(window) >= during + 1, timeout=SESSION_S)
+    qtbot.waitUntil(lambda: _periods(window) >= during + 1, timeout=SESSION_MS)
 
-    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_S) as ended:
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS) as ended:
         window.stop_conversation()
     assert ended.args == ["stopped"] and window.controller.state.value == "idle"
     assert window.error_strip.text() == ""
@@ -121,7 +120,7 @@ def test_stop_while_loading_ends_cleanly(
     make_window: Callable[..., MainWindow], qtbot: QtBot
 ) -> None:
     window = make_window()
-    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_S) as ended:
+    with qtbot.waitSignal(window.controller.ended, timeout=SESSION_MS) as ended:
         window.start_conversation()
         window.stop_conversation()
     assert ended.args == ["stopped"]

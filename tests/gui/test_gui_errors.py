@@ -14,14 +14,12 @@ from app.audio.devices import AudioError
 from app.gui.worker.routes import AudioRoute
 from app.gui.worker.worker import describe_error
 from app.settings import save_settings
-from tests.gui.conftest import small_cpu_settings
+from tests.gui.conftest import SESSION_MS, small_cpu_settings
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def test_no_microphone_is_said_before_loading_in_the_windows_words(

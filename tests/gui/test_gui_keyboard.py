@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 import pytest
 from pytestqt.qtbot import QtBot
 
+from tests.gui.conftest import SESSION_MS
+
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def _key(window: MainWindow, key: object, modifier: object = None) -> None:

@@ -17,14 +17,12 @@ from pytestqt.qtbot import QtBot
 from app.gui.worker.feed import PeriodView
 from app.gui.worker.worker import SessionInfo
 from app.settings import save_settings
-from tests.gui.conftest import small_cpu_settings
+from tests.gui.conftest import SESSION_MS, small_cpu_settings
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def _view(index: int, **changes: object) -> PeriodView:

@@ -14,14 +14,12 @@ from pytestqt.qtbot import QtBot
 from app.settings import save_settings
 from engine.arms import Arm
 from engine.trace import read_trace
-from tests.gui.conftest import small_cpu_settings
+from tests.gui.conftest import SESSION_MS, small_cpu_settings
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def test_moshi_converses_in_the_window(

@@ -13,13 +13,12 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.export.writers import ExportKind
 from app.transcript import Transcript, transcript_path
+from tests.gui.conftest import SESSION_MS
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 class _Said:

@@ -12,13 +12,12 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.worker.response import ResponseClock
 from engine.arms import Arm
+from tests.gui.conftest import SESSION_MS
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
 
 pytestmark = pytest.mark.gui
-
-SESSION_MS = 60_000
 
 
 def test_response_clock_times_the_first_sound_after_speech() -> None:
