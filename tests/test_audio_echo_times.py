@@ -1,9 +1,9 @@
 """Echo alignment by PortAudio's ADC and DAC times, with xruns, without a sound card.
 
 The source's and the sink's real callbacks are driven by hand with the times PortAudio would
-pass (``inputBufferAdcTime``, ``outputBufferDacTime``) on a simulated device: a 48-kHz clock,
-20-ms blocks, 120 ms from a callback to its DAC and 40 ms from the ADC to a callback, and an
-echo that comes back 3 ms after the DAC played it (the room). The engine writes the sink and
+pass (``inputBufferAdcTime``, ``outputBufferDacTime``) on a simulated device (tests/hand_room.py:
+a 48-kHz clock, 20-ms blocks, 120 ms from a callback to its DAC and 40 ms from the ADC to a
+callback), and an echo that comes back 3 ms after the DAC played it. The engine writes the sink and
 reads the source in 0.2-s periods as the basic voice does, through ``DeviceSink.write`` and the
 source's drain and take (the canceller runs inside). Two xruns: the speaker starves for 60 ms
 (the DAC plays silence the tap never saw: the blocks after it play later than their order
@@ -14,85 +14,36 @@ that gives 0.0) the same run loses the echo at the first xrun.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
-from app.audio import DeviceSink, DeviceSource, echo_available
+from app.audio import DeviceSource, echo_available
 from app.audio.marks import Marks, Timeline
+from tests.hand_room import BLOCK, DEVICE_RATE, HandRoom, Status, Time, speech_like
 
 NEEDS = "echo cancellation needs pywebrtc-audio: pip install pywebrtc-audio"
 
-DEVICE_RATE, BLOCK = 48000, 960  # the device: 20-ms blocks
 MIC_RATE, OUT_RATE = 16000, 24000  # the model's
 PERIOD_S = 0.2
-OUT_BLOCKS, IN_BLOCKS = 6, 2  # callback -> DAC, ADC -> callback, in blocks
-ROOM = 144  # samples (3 ms) from the DAC back to the ADC
-GAIN = 0.7
-T0 = 1000.0  # the stream clock's reading at tick 0
-SPEAKER_XRUN, MIC_XRUN = (40, 3), (75, 5)  # (first tick, ticks lost)
-
-
-@dataclass
-class Time:
-    """What PortAudio hands a callback as ``time`` (its names; 0.0 where a host gives none)."""
-
-    inputBufferAdcTime: float = 0.0
-    outputBufferDacTime: float = 0.0
-    currentTime: float = 0.0
-
-
-@dataclass
-class Status:
-    input_overflow: bool = False
-    input_underflow: bool = False
-    output_underflow: bool = False
-
-
-def speech_like(rng: np.random.Generator, n: int, rate: int) -> np.ndarray:
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / rate)
-    return (0.2 * envelope * rng.standard_normal(n)).astype(np.float32)
-
-
-def lost(tick: int, xrun: tuple[int, int]) -> bool:
-    return xrun[0] <= tick < xrun[0] + xrun[1]
 
 
 def room(ticks: int, *, timed: bool) -> tuple[list[float], DeviceSource]:
-    """Residual rms of each microphone period, and the source (its canceller's counts)."""
-    source = DeviceSource(None, rate=MIC_RATE)
-    sink = DeviceSink(None, rate=OUT_RATE, prebuffer_s=0.1, settle_s=0.0, lost_after_s=1e9)
-    sink._stream = "driven by hand"  # started, as far as write() asks
-    for end in (source, sink):
-        end._prepare(DEVICE_RATE, BLOCK)
-        end.stats.rate = DEVICE_RATE
-        end.stats.latency_s = 0.06
-    source.enable_echo_cancel(sink)
-    rng = np.random.default_rng(0)
-    speech = speech_like(rng, OUT_RATE * (ticks // 50 + 2), OUT_RATE)
-    world = np.zeros((ticks + OUT_BLOCKS + 2) * BLOCK, np.float32)  # at the DAC
-    out = np.zeros((BLOCK, 1), np.float32)
-    per_period, written, levels = round(PERIOD_S * OUT_RATE), 0, []
-    mic = round(PERIOD_S * MIC_RATE)
+    """Residual rms of each microphone period, and the source (its canceller's counts). The
+    speaker starves at ticks 40-42, the microphone at 75-79."""
+    hand = HandRoom(MIC_RATE, OUT_RATE, ticks, echo=0.7, timed=timed,
+                    speaker_xrun=(40, 3), mic_xrun=(75, 5))  # fmt: skip
+    hand.source.enable_echo_cancel(hand.sink)
+    speech = speech_like(np.random.default_rng(0), OUT_RATE * (ticks // 50 + 2), OUT_RATE)
+    per_period, mic, levels = round(PERIOD_S * OUT_RATE), round(PERIOD_S * MIC_RATE), []
     for tick in range(ticks):
         if tick % 10 == 0:  # the engine's period: write the next 0.2 s, read what is there
-            sink.write(speech[written : written + per_period])
-            written += per_period
-            source._drain()
-            if source._pending.available >= mic:
-                levels.append(float(np.sqrt(np.mean(source._take(mic) ** 2))))
-        at = (tick + OUT_BLOCKS) * BLOCK  # where this callback's block meets the DAC
-        if not lost(tick, SPEAKER_XRUN):
-            dac = T0 + at / DEVICE_RATE if timed else 0.0
-            sink._callback(out, BLOCK, Time(outputBufferDacTime=dac), Status())
-            world[at : at + BLOCK] = out[:, 0]
-        captured = (tick - IN_BLOCKS) * BLOCK  # this callback's block left the ADC here
-        if captured >= ROOM and not lost(tick, MIC_XRUN):
-            echo = GAIN * world[captured - ROOM : captured - ROOM + BLOCK, np.newaxis]
-            adc = T0 + captured / DEVICE_RATE if timed else 0.0
-            source._callback(echo, BLOCK, Time(inputBufferAdcTime=adc), Status())
-    return levels, source
+            k = tick // 10
+            hand.sink.write(speech[k * per_period : (k + 1) * per_period])
+            period = hand.read(mic)
+            if period is not None:
+                levels.append(float(np.sqrt(np.mean(period**2))))
+        hand.tick(tick)
+    return levels, hand.source
 
 
 @pytest.mark.skipif(not echo_available(), reason=NEEDS)
