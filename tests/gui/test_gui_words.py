@@ -12,6 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from app.response import ResponseClock
 from engine.arms import Arm
+from engine.trace import read_trace
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
@@ -66,6 +67,12 @@ def test_a_cpu_session_says_plainly_what_it_measures(
     assert chips["memory"].value.text().endswith(" (RAM)")  # the CPU's memory, said so
     assert all(view.dropouts == 0 for view in window.panel.history.window(1e9))
     assert 0 < window.panel.history.responses_ms[0] < 10_000
+    # The trace carries the same numbers as the window, in the periods that measured them (a
+    # file and no speaker: estimated from the queues).
+    _, records = read_trace(window.controller.trace)
+    traced = [r["loop"] for r in records if "response_ms" in r["loop"]]
+    assert [t["response_ms"] for t in traced] == window.panel.history.responses_ms
+    assert {t["response_by"] for t in traced} == {"queues"}
 
 
 def test_every_chart_and_figure_explains_itself_and_arms_say_what_they_mean(
