@@ -172,9 +172,10 @@ def test_echo_cancellation_removes_the_played_audio(
 def test_an_xrun_does_not_move_the_echo_alignment(
     devices: tuple[DeviceSource, DeviceSink],
 ) -> None:
-    """The callbacks starve for 0.3 s (seen: 2 sink underflows). Lined up by queue position this
-    moved the echo against the far end and AEC3 lost it for ~4 periods; by time, the canceller
-    follows the gap (counted) and the echo is gone again in the very next period."""
+    """The callbacks starve for 0.3 s (seen: 2 sink underflows, 2 gaps followed). Lined up by
+    time, the canceller follows the gap at once and the echo is gone in the very next period
+    (seen: 0.0). Here a gap that large also re-anchors the queue alignment (past its 100 ms);
+    one below that does not, and moves the echo for periods (tests/test_audio_echo_times.py)."""
     if not echo_available():
         pytest.skip("echo cancellation needs pywebrtc-audio: pip install pywebrtc-audio")
     source, sink = devices
