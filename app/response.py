@@ -117,8 +117,9 @@ class ResponseMeter:
         timeline = source.timeline if source is not None else None
         if self.by is None:
             self.by = self._choose(timeline is not None)
-        if self.by == "timestamps" and timeline is not None:
-            self.clock.heard(samples, timeline.at)
+        if self.by == "timestamps":  # a period without times is not timed on another clock
+            if timeline is not None:
+                self.clock.heard(samples, timeline.at)
             return
         rate = self.clock.mic_rate
         ago = source.captured_ago_s if source is not None else 0.0
