@@ -37,6 +37,8 @@ __all__ = ["ResponseClock", "ResponseMeter", "response_facts"]
 
 log = logging.getLogger("duplexcadence.audio")
 
+OWN_TAIL_S = 0.5  # after the assistant's sound reached the DAC, its room echo may still come back
+
 Located = Callable[[int], float | None]  # a sample's time once known (None: not yet; NaN: never)
 
 
@@ -50,6 +52,34 @@ def _loud(samples: np.ndarray, rate: int, block_s: float, threshold: float) -> n
     return np.asarray(np.abs(flat[:usable].reshape(-1, block)).max(axis=1) > threshold)
 
 
+class _Run:
+    """One stretch of the assistant's sound: where it starts and (once written) where it stops,
+    resolved to converter times as they become known, and kept once known."""
+
+    def __init__(self, at: Located, start: int) -> None:
+        self.start: tuple[Located, int] = (at, start)
+        self.stop: tuple[Located, int] | None = None
+        self._began: float | None = None
+        self._ended: float | None = None
+
+    def span(self) -> tuple[float, float] | None:
+        """(first sound, last sound + ``OWN_TAIL_S``), the end infinite while it plays; None
+        while it has not played, or never will (flushed)."""
+        if self._began is None:
+            self._began = self.start[0](self.start[1])
+        began = self._began
+        if began is None or math.isnan(began):
+            return None
+        if self._ended is None and self.stop is not None:
+            self._ended = self.stop[0](self.stop[1])
+        ended = self._ended
+        if ended is None:
+            return began, math.inf
+        if math.isnan(ended):  # cut off by a barge-in: the user spoke over it
+            return began, began
+        return began, ended + OWN_TAIL_S
+
+
 class ResponseClock:
     """Speech heard and sound played, each with where its samples sit in time (module doc)."""
 
@@ -61,13 +91,39 @@ class ResponseClock:
         self._speech_end: float | None = None  # the clock's seconds; None: no speech waits
         self._sounding = False  # the last played block was loud
         self._onsets: deque[tuple[Located, int]] = deque()  # sounds written since the speech
+        # The assistant's stretches of sound: where each starts and (once written) ends.
+        self._runs: deque[_Run] = deque(maxlen=64)
+        self.own = 0  # loud blocks heard while the assistant's sound was in the room
 
     def heard(self, samples: np.ndarray, at: Callable[[float], float]) -> None:
-        """What the model heard; ``at(k)``: when its sample ``k`` was captured."""
-        speech = np.flatnonzero(_loud(samples, self.mic_rate, self.block_s, self.threshold))
-        if speech.size:
-            block = round(self.mic_rate * self.block_s)
-            self._speech_end = at(float((int(speech[-1]) + 1) * block))
+        """What the model heard; ``at(k)``: when its sample ``k`` was captured. A loud block
+        captured while the assistant's own sound played, or within ``OWN_TAIL_S`` after it, is
+        its echo (what echo cancellation left), not the user's speech."""
+        loud = np.flatnonzero(_loud(samples, self.mic_rate, self.block_s, self.threshold))
+        block = round(self.mic_rate * self.block_s)
+        if not loud.size:
+            return
+        live = self._live(at(0.0))
+        for k in loud[::-1]:
+            end = at(float((int(k) + 1) * block))
+            if any(start <= end and at(float(int(k) * block)) <= stop for start, stop in live):
+                self.own += 1
+                continue
+            self._speech_end = end
+            return
+
+    def _live(self, since: float) -> list[tuple[float, float]]:
+        """The spans in which the assistant's sound (and its tail) reached the microphone, as far
+        as known (a stretch not played yet is in the future; one playing has no end yet);
+        stretches over before ``since`` are forgotten."""
+        spans = []
+        for run in list(self._runs):
+            span = run.span()
+            if span is not None and span[1] < since:
+                self._runs.remove(run)
+            elif span is not None:
+                spans.append(span)
+        return spans
 
     def played(self, samples: np.ndarray, at: Located) -> None:
         """What is written to play; ``at(k)``: when its sample ``k`` reaches the converter."""
@@ -76,9 +132,15 @@ class ResponseClock:
             return
         before = np.concatenate(([self._sounding], sound[:-1]))
         self._sounding = bool(sound[-1])
+        block = round(self.out_rate * self.block_s)
+        changes = np.flatnonzero(sound != before)
+        for k in changes:
+            if sound[k]:
+                self._runs.append(_Run(at, int(k) * block))
+            elif self._runs:
+                self._runs[-1].stop = (at, int(k) * block)
         if self._speech_end is None:
             return
-        block = round(self.out_rate * self.block_s)
         self._onsets.extend((at, int(k) * block) for k in np.flatnonzero(sound & ~before))
 
     def poll(self) -> float | None:

@@ -12,10 +12,12 @@ blocks), and reported only once the sound has played.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from app.response import ResponseMeter, response_facts
+from app.response import ResponseClock, ResponseMeter, response_facts
 from tests.hand_room import DEVICE_RATE, T0, HandRoom
 
 MIC_RATE, OUT_RATE = 16000, 22050  # the basic voice's
@@ -92,3 +94,30 @@ def test_without_times_it_falls_back_to_the_queues_and_says_so_once(
     assert meter.by == "queues"
     said = [r.getMessage() for r in caplog.records if "response latency" in r.getMessage()]
     assert len(said) == 1 and "estimated from the queues" in said[0]
+
+
+def test_the_assistants_own_echo_is_no_speech_and_starts_no_second_response() -> None:
+    """Echo cancellation leaves a residue above the clock's -45 dB: heard while the assistant's
+    sound plays (or within its 0.5-s tail), it is the assistant's, so the next clause of the
+    same answer is no second response (seen on the speakers run: a 1.2-s 'response' inside an
+    answer). The user's speech after the tail arms the clock again."""
+    clock = ResponseClock(mic_rate=1000, out_rate=1000)
+
+    def at(start: float) -> Callable[[float], float]:
+        return lambda k: start + k / 1000
+
+    def period(loud_from: float, loud_to: float) -> np.ndarray:
+        x = np.zeros(1000, np.float32)
+        x[round(loud_from * 1000) : round(loud_to * 1000)] = 0.3
+        return x
+
+    clock.heard(period(0.0, 0.6), at(0.0))  # the user, 0.0-0.6
+    clock.played(period(0.2, 1.0), at(1.0))  # the answer from 1.2 on
+    assert clock.poll() == pytest.approx(0.6)
+    clock.heard(period(0.2, 1.0), at(1.0))  # its echo, 1.2-2.0
+    clock.played(period(0.3, 0.8), at(2.0))  # its second clause, 2.3-2.8
+    clock.heard(period(0.0, 0.9), at(2.0))  # its echo, and the tail to 3.3
+    assert clock.poll() is None and clock.own > 0
+    clock.heard(period(0.5, 0.8), at(3.0))  # the user again, 3.5-3.8
+    clock.played(period(0.5, 1.0), at(4.0))
+    assert clock.poll() == pytest.approx(0.7)
