@@ -49,6 +49,7 @@ from app.interrupts import WholeExitStack, interrupts_deferred, stopped_by
 from app.outputs import OutputsError, check_outputs, claim_outputs, run_bytes
 from app.periods import PeriodSink, PeriodSource, WavSink, WavSource, check_input, check_wav_path
 from app.progress import PeriodBar
+from app.response import ResponseMeter, response_facts
 from app.settings import Settings
 from app.transcript import Transcript, audio_time, transcript_path, write_beside
 from engine.arms import Arm
@@ -287,6 +288,7 @@ class Tally:
         self.arms: set[str] = set()
         self.said: list[str] = []  # what the assistant said, period by period (text families)
         self.heard: list[str] = []  # what the user said, utterance by utterance (recognizers)
+        self.responses_ms: list[float] = []  # each answer's response latency (devices only)
         self.transcript = Transcript()  # both sides, for <trace>.transcript.txt
         self.last: PeriodOutcome | None = None
 
@@ -299,6 +301,8 @@ class Tally:
         self.calls += len(outcome.calls)
         self.over_budget += bool(record.over_budget)
         self.times_ms.append(record.processing_s * 1e3)
+        if "response_ms" in record.loop:
+            self.responses_ms.append(record.loop["response_ms"])
         self.arms.add(record.arm)
         if outcome.heard:
             self.heard.append(outcome.heard)
@@ -321,16 +325,23 @@ def _run(
 ) -> None:
     n_in = round(session.period_s * session.input_rate)
     silence, drained = np.zeros(n_in, np.float32), 0
+    meter = _response_meter(source, sink, session)
     while req.seconds is None or tally.periods < req.seconds:
         mic = source.read_period(n_in, timeout=2 * session.period_s)
         if mic is None:  # the input ended: listen to silence until the answer is over
             if req.seconds is None and not _answer_pending(session, tally, drained):
                 break
             mic, drained = silence, drained + 1
+        facts: dict[str, Any] = {}
+        if meter is not None:
+            meter.heard(mic if session.hears else silence)
+            facts = response_facts(meter.poll(), meter.by)
         with interrupts_deferred():  # the period's trace line, audio and recordings, or none
-            outcome = session.step(mic)
+            outcome = session.step(mic, facts)
             if outcome.record.loop.get("barge_in") and hasattr(sink, "interrupt"):
                 sink.interrupt()  # a device sink drops what it still queues, fading out
+            if meter is not None:
+                meter.played(outcome.pcm)
             sink.write(outcome.pcm)
             if recorders is not None:
                 recorders[0].write(mic)
@@ -339,6 +350,17 @@ def _run(
         if bar is not None:
             ms = outcome.record.processing_s * 1e3
             bar.update(f"{ms:6.0f} ms {outcome.phase.value:6} arm {outcome.record.arm}")
+
+
+def _response_meter(
+    source: PeriodSource, sink: PeriodSink, session: Session
+) -> ResponseMeter | None:
+    """The response latency's meter when both ends are devices (a file has no room to time)."""
+    from app.audio import DeviceSink, DeviceSource
+
+    if isinstance(source, DeviceSource) and isinstance(sink, DeviceSink):
+        return ResponseMeter(source, sink, session.input_rate, session.output_rate)
+    return None
 
 
 def _answer_pending(session: Session, tally: Tally, drained: int) -> bool:
@@ -441,6 +463,7 @@ def summarize(tally: Tally) -> dict[str, Any]:
         "p95_ms": round(percentile(times, 0.95), 2) if times else 0.0,
         "max_ms": round(times[-1], 2) if times else 0.0,
         "arms": sorted(tally.arms),
+        **({"response_ms": tally.responses_ms} if tally.responses_ms else {}),
         **({"heard": " / ".join(tally.heard)} if tally.heard else {}),
         **({"said": "".join(tally.said).strip()} if tally.said else {}),
     }

@@ -81,6 +81,12 @@ class Session:
             self.warmed.add(settings.arm)
         self._ptt_held = threading.Event()
         self._silence = np.zeros(loop.input_samples, dtype=np.float32)
+        self._facts: dict[str, Any] = {}  # the caller's, for the next period's record
+        family_facts = loop.period_facts
+        loop.period_facts = lambda arm: {
+            **(family_facts(arm) if family_facts is not None else {}),
+            **self._facts,
+        }
 
     @property
     def arm(self) -> Arm:
@@ -96,13 +102,20 @@ class Session:
         """True while the assistant's answer is under way or still queued for playback."""
         return self.loop.in_turn
 
-    def step(self, mic: np.ndarray) -> PeriodOutcome:
+    @property
+    def hears(self) -> bool:
+        """Whether the model hears the microphone now (push-to-talk off, or its key held)."""
+        return not self.settings.push_to_talk or self._ptt_held.is_set()
+
+    def step(self, mic: np.ndarray, facts: dict[str, Any] | None = None) -> PeriodOutcome:
         """One native period (engine thread only). Push-to-talk mutes the mic unless held.
 
         The period's trace line is durable when this returns; in audit mode its record holds
-        the audit counts (``record.loop["audit"]``) before it is written.
+        the audit counts (``record.loop["audit"]``) before it is written, and ``facts`` (the
+        caller's own measures, e.g. ``response_ms``) go into ``record.loop`` too.
         """
-        if self.settings.push_to_talk and not self._ptt_held.is_set():
+        self._facts = facts or {}
+        if not self.hears:
             mic = self._silence
         if self._open_capture.is_set() and self.replay is not None and self.replay.sealed:
             self._open_capture.clear()

@@ -57,6 +57,7 @@ class Tail:
 
     path: Path
     records: list[dict[str, Any]] = field(default_factory=list)
+    seen: list[float] = field(default_factory=list)  # when each record was read (monotonic)
     _offset: int = 0
 
     def poll(self) -> list[dict[str, Any]]:
@@ -71,6 +72,7 @@ class Tail:
         new = [json.loads(line) for line in whole.splitlines() if line.strip()]
         new = [r for r in new if "loop" in r]  # the header has none
         self.records += new
+        self.seen += [time.monotonic()] * len(new)
         return new
 
     def until(self, done: Any, limit_s: float, what: str, child: subprocess.Popen[bytes]) -> None:
@@ -116,14 +118,16 @@ def basic_installed() -> None:
 
 
 @pytest.fixture
-def wavs(tmp_path: Path) -> Iterator[list[Path]]:
-    yield [q.talk(LEAD_S, 0.2).write(tmp_path / f"q{q.index}.wav") for q in QUESTIONS]
+def wavs(tmp_path: Path) -> Iterator[list[tuple[Path, float]]]:
+    """Each question's WAV and when its speech ends in it (seconds)."""
+    talks = [(q, q.talk(LEAD_S, 0.2)) for q in QUESTIONS]
+    yield [(t.write(tmp_path / f"q{q.index}.wav"), t.speech[-1][1]) for q, t in talks]
 
 
 def test_on_speakers_the_basic_voice_answers_each_question_once(
     basic_installed: None,
     virtual_audio: AudioEnv,  # noqa: F811
-    wavs: list[Path],
+    wavs: list[tuple[Path, float]],
     tmp_path: Path,
 ) -> None:
     trace = tmp_path / "room.json"
@@ -134,12 +138,14 @@ def test_on_speakers_the_basic_voice_answers_each_question_once(
     env = {**virtual_audio.env, "PYTHONPATH": str(ROOT)}
     err = tmp_path / "stderr.txt"
     tail = Tail(trace.with_suffix(".jsonl"))
+    spoken: list[float] = []  # the earliest each question's speech can have ended (monotonic)
     with err.open("wb") as errors:
         child = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=errors)
         try:
             tail.until(lambda rs: len(rs) >= 5, LOAD_S, "the first periods", child)  # it runs
-            for k, wav in enumerate(wavs):
+            for k, (wav, speech_end) in enumerate(wavs):
                 asked = len(tail.records)
+                spoken.append(time.monotonic() + speech_end)  # pw-play only adds its own delay
                 user = play_to_mic(wav, virtual_audio)
                 assert user.wait(timeout=60) == 0, "pw-play failed"
 
@@ -170,4 +176,18 @@ def test_on_speakers_the_basic_voice_answers_each_question_once(
     assert result["said"].strip(), result
     source, sink = result["audio"]["source"], result["audio"]["sink"]
     assert not source["lost"] and not sink["lost"], result["audio"]
+    # The response latency, from the ADC time of the speech's end to the DAC time of the
+    # answer's first sound, one per answer (the period that learnt it carries it). By cause:
+    # positive (the answer follows the speech), and at most the time from when the speech can
+    # have ended to when the test read that period, plus the output latency PortAudio reports
+    # (a DAC time lies that far ahead of the callback that learnt it).
+    measured = [(k, r["loop"]) for k, r in enumerate(tail.records) if "response_ms" in r["loop"]]
+    print(f"response: {[(k, m['response_ms'], m['response_by']) for k, m in measured]}")
+    assert len(measured) == len(QUESTIONS), summary(tail.records)
+    assert all(m["response_by"] == "timestamps" for _, m in measured), measured
+    assert source["timestamps"] and sink["timestamps"], result["audio"]
+    assert result["response_ms"] == [m["response_ms"] for _, m in measured]
+    for (k, m), ended in zip(measured, spoken, strict=True):
+        bound = tail.seen[k] - ended + sink["latency_s"]
+        assert 0 < m["response_ms"] / 1e3 < bound, (m, bound)
     assert os.path.getsize(trace.with_suffix(".jsonl")) > 0

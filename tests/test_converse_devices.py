@@ -74,6 +74,7 @@ def test_a_20_s_conversation_runs_on_devices(
     assert summary["periods"] == 20 and elapsed >= 19.0
     source, sink = summary["audio"]["source"], summary["audio"]["sink"]
     assert not source["lost"] and not sink["lost"], summary["audio"]
+    assert source["timestamps"] and sink["timestamps"], summary["audio"]  # PipeWire gives times
     _, records = read_trace(trace.with_suffix(".jsonl"))
     assert len(records) == 20
     assert max(r["loop"]["voice_prob"] for r in records) > 0.5, "the VAD never heard the user"

@@ -83,7 +83,9 @@ class AudioStats:
     dry_events: times the playback jitter buffer ran dry mid-playback (faded out, no click);
     lost: the device vanished mid-session (reads give silence, writes are dropped; reopen());
     blocks: callbacks run; stalls: reads that timed out short; latency_s: PortAudio's estimate;
-    abandoned: closes that did not return within ``CLOSE_WAIT_S`` (see :func:`close_stream`).
+    abandoned: closes that did not return within ``CLOSE_WAIT_S`` (see :func:`close_stream`);
+    timestamps: PortAudio gives the callbacks ADC (input) or DAC (output) times (some hosts
+        give 0.0: then echo alignment and response latency fall back to queue estimates).
     """
 
     overflows: int = 0
@@ -97,6 +99,7 @@ class AudioStats:
     stalls: int = 0
     latency_s: float = 0.0
     abandoned: int = 0
+    timestamps: bool = False
 
 
 _sd_module: ModuleType | None = None

@@ -51,13 +51,15 @@ class JitterBuffer:
         """Drop what is queued at the next block, fading out (barge-in). Any thread."""
         self._flush = True
 
-    def pull(self, out: np.ndarray) -> None:
-        """Fill ``out`` (1-D float32, one device block). Callback only; never allocates."""
+    def pull(self, out: np.ndarray) -> int:
+        """Fill ``out`` (1-D float32, one device block); returns how many queued samples it
+        played (they start ``out``). Callback only; never allocates."""
         if self._flush:
             self._flush = False
             self.ring.skip(self.ring.available)
             if self.playing:
                 self._stop(self._last)
+        n = 0
         if not self.playing and not self._ready(len(out)):
             self._tail(out, 0)
         else:
@@ -69,6 +71,7 @@ class JitterBuffer:
                 self._tail(out, n)
         if len(out):
             self._last = float(out[-1])
+        return n
 
     def _ready(self, block: int) -> bool:
         avail = self.ring.available

@@ -98,6 +98,24 @@ class Ring:
         self.read_into(out)
         return out
 
+    def peek_into(self, start: int, out: np.ndarray) -> int:
+        """Copy the samples at positions ``start`` .. ``start + len(out)`` (counted as
+        ``written`` counts them) that the ring still holds into ``out`` at their places; the
+        others are left as they are. Consumes nothing; returns how many it copied. Consumer only.
+        """
+        first = max(start, self._read)
+        last = min(start + len(out), self._written)
+        if last <= first:
+            return 0
+        n = last - first
+        begin = first % self._cap
+        head = min(n, self._cap - begin)
+        at = first - start
+        out[at : at + head] = self._buf[begin : begin + head]
+        if n > head:
+            out[at + head : at + n] = self._buf[: n - head]
+        return n
+
     def skip(self, count: int) -> int:
         """Drop up to ``count`` of the oldest samples (none when ``count`` <= 0); returns how
         many. Consumer only."""

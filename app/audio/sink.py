@@ -13,11 +13,17 @@ playing that much later for the rest of the session (seen: 0.8-1.0 s in all, on 
 voice expects. So a write that is all zeros is dropped while the buffer already holds the
 prebuffer and that write's length again (counted in ``trimmed``): the queue shrinks back in
 the pauses, and no sound is ever dropped.
+
+When each written sample reaches the DAC: the callback marks every block it plays with
+PortAudio's ``outputBufferDacTime`` (:mod:`app.audio.marks`), and :meth:`dac_time` turns a
+sample's :attr:`position` into that time once it has played (the response latency's end).
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -25,6 +31,7 @@ import soxr
 
 from app.audio.devices import AudioError
 from app.audio.jitter import JitterBuffer
+from app.audio.marks import Marks
 from app.audio.rings import Ring
 from app.audio.stream import DeviceStream
 
@@ -72,6 +79,14 @@ class DeviceSink(DeviceStream):
         self._block = np.zeros(1, dtype=np.float32)
         self._resampler: soxr.ResampleStream | None = None
         self._tap: Ring | None = None  # far-end reference for echo cancellation, device rate
+        self._tap_marks = Marks(1)  # the tap's blocks: (tap index, DAC time, frames)
+        self._played = Marks(1)  # the callback's: (buffer index, DAC time, samples) per block
+        self._dac: deque[tuple[float, float, float]] = deque(maxlen=1)  # the engine's copy
+        # Where written samples went: (position, buffer index or NaN if not queued, count)
+        self._writes: deque[tuple[int, float, int]] = deque(maxlen=256)
+        self.position = 0  # samples (at ``rate``) ever given to write: the next one's position
+        self._origin = 0.0  # buffer index where the resampler's output began
+        self._fed = 0  # samples the resampler took since then
 
     def _prepare(self, rate: float, block: int) -> None:
         self._jitter = JitterBuffer(
@@ -81,6 +96,10 @@ class DeviceSink(DeviceStream):
         )
         self._block = np.zeros(4 * block, dtype=np.float32)
         self._settle, self._dry_base = round(self.settle_s * rate), 0
+        blocks = 2 * round(self.buffer_s * rate) // block + 8  # more than the buffer holds
+        self._played, self._dac = Marks(blocks), deque(maxlen=blocks)
+        self._writes.clear()
+        self._origin, self._fed = 0.0, 0
         same = round(rate) == self.in_rate
         self._resampler = None if same else soxr.ResampleStream(self.in_rate, rate, 1, "float32")
 
@@ -93,7 +112,11 @@ class DeviceSink(DeviceStream):
         if frames > len(self._block):  # larger block than asked for: rare enough to allocate
             self._block = np.zeros(frames, dtype=np.float32)
         block = self._block[:frames]
-        self._jitter.pull(block)
+        played = self._jitter.pull(block)
+        dac = time_info.outputBufferDacTime  # 0.0: this host gives no times
+        if dac and played:
+            self._played.put(self._jitter.ring.consumed - played, dac, played)
+        stats.timestamps = stats.timestamps or bool(dac)
         if settling:
             self._dry_base = self._jitter.dry_events
             if self._jitter.ring.written:  # the start-up period runs from the first write
@@ -102,6 +125,8 @@ class DeviceSink(DeviceStream):
         outdata[:] = block[:, np.newaxis]  # the same signal on every channel
         tap = self._tap
         if tap is not None:
+            if dac:
+                self._tap_marks.put(tap.written, dac, frames)
             tap.write(block)  # a full tap drops: the canceller is only behind, never blocks us
         self._keep_level(block)
 
@@ -116,17 +141,57 @@ class DeviceSink(DeviceStream):
             if self._stream is None and not self.stats.lost and not self._closed:
                 raise AudioError("DeviceSink.write before start(): call start() first")
             self._check_alive()
+            self._take_played()
+            position, self.position = self.position, self.position + len(samples)
             if self._stream is None:
                 self.dropped += len(samples)
+                self._writes.append((position, math.nan, len(samples)))
                 self._raise_lost()
                 return
             if self._enough_queued(samples):
                 self.trimmed += len(samples)
+                self._writes.append((position, math.nan, len(samples)))
                 return
+            index = self._origin + self._fed * self._device_per_sample
+            self._writes.append((position, index, len(samples)))
             resampler = self._resampler
             converted = samples if resampler is None else resampler.resample_chunk(samples)
-            if self._jitter.push(converted) > 0:
+            self._fed += len(samples)
+            lost = self._jitter.push(converted)
+            if lost > 0:
                 self.stats.overflows += 1
+                self._origin -= lost  # the samples after these land that much earlier
+
+    @property
+    def _device_per_sample(self) -> float:
+        return (self.stats.rate or float(self.in_rate)) / self.in_rate
+
+    def _take_played(self) -> None:
+        """Move the callback's DAC marks to the engine's copy (engine thread, every write)."""
+        index, dac, count = self._played.take()
+        self._dac.extend(zip(index.tolist(), dac.tolist(), count.tolist(), strict=True))
+
+    def dac_time(self, position: int) -> float | None:
+        """When the sample written at ``position`` (:attr:`position` before its write, plus its
+        place in it) reached the DAC, on PortAudio's clock: None while it still waits; NaN when
+        it never plays or its time is unknown (trimmed, dropped, flushed by a barge-in, too old,
+        or a host without times). Engine thread."""
+        with self._lock:
+            self._take_played()
+            write = next((w for w in reversed(self._writes) if w[0] <= position), None)
+            if write is None or position >= write[0] + write[2] or math.isnan(write[1]):
+                return math.nan
+            index = write[1] + (position - write[0]) * self._device_per_sample
+            rate = self.stats.rate or 1.0
+            for start, dac, count in reversed(self._dac):
+                if start <= index < start + count:
+                    return dac + (index - start) / rate
+                if start + count <= index:
+                    break  # played past it without playing it: flushed
+            else:
+                return math.nan if self._dac else None
+            played = self._dac[-1][0] + self._dac[-1][2]
+            return None if index >= played else math.nan
 
     def _enough_queued(self, samples: np.ndarray) -> bool:
         """Whether ``samples`` are silence and the buffer holds the prebuffer and as much again."""
@@ -143,6 +208,7 @@ class DeviceSink(DeviceStream):
             if self._resampler is not None:
                 self._jitter.push(self._resampler.resample_chunk(np.zeros(0, np.float32), True))
                 self._resampler.clear()  # ready for more writes after the flush
+                self._origin, self._fed = float(self._jitter.ring.written), 0
         deadline = time.monotonic() + timeout
         while self._jitter.ring.available > 0 and time.monotonic() < deadline:
             with self._lock:
@@ -175,8 +241,11 @@ class DeviceSink(DeviceStream):
         """Whether the jitter buffer is playing (not priming, idle or dry). Any thread."""
         return self._jitter.playing
 
-    def echo_reference(self) -> Ring:
-        """The ring the callback copies every played block into (device rate), created once."""
+    def echo_reference(self) -> tuple[Ring, Marks]:
+        """The ring the callback copies every played block into (device rate) and its blocks'
+        DAC times, created once."""
         if self._tap is None:
-            self._tap = Ring(max(1, round(2.0 * (self.stats.rate or 48000))))
-        return self._tap
+            rate = self.stats.rate or 48000
+            self._tap_marks = Marks(round(4.0 * rate) // max(1, len(self._block) // 4) + 8)
+            self._tap = Ring(max(1, round(2.0 * rate)))
+        return self._tap, self._tap_marks

@@ -6,6 +6,11 @@ thread: it drains the ring through one stateful ``soxr.ResampleStream`` (per-chu
 would leave artifacts at every chunk edge) into a FIFO at ``rate`` and returns exactly
 ``samples`` float32 mono samples. Push-to-talk (half duplex) gates with :meth:`mute`: the
 stream keeps running so the period clock stays real time, and muted periods are zeros.
+
+Each block's ADC time (PortAudio's ``inputBufferAdcTime``) goes with it as a mark
+(:mod:`app.audio.marks`); ``read_period`` leaves the period's :attr:`timeline` (when each of its
+blocks was captured: None where the host gives no times), which the echo canceller and the
+response latency read.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import soxr
 
 from app.audio.devices import AudioError
 from app.audio.echo import EchoCanceller
+from app.audio.marks import Marks, Timeline, time_at
 from app.audio.rings import Ring
 from app.audio.sink import DeviceSink
 from app.audio.stream import DeviceStream
@@ -56,10 +62,18 @@ class DeviceSource(DeviceStream):
         self._resampler: soxr.ResampleStream | None = None
         self._muted = False
         self._echo: EchoCanceller | None = None
+        self._marks = Marks(1)  # the callback's: each block's (ring index, ADC time, frames)
+        self._ratio = 1.0  # model samples per device sample
+        self._shift = 0  # model samples the FIFO dropped (full): later ones sit that much earlier
+        self._times = np.zeros((2, 0))  # the engine's marks: FIFO index and ADC time, by index
+        self.timeline: Timeline | None = None  # the last period's, from read_period
 
     def _prepare(self, rate: float, block: int) -> None:
         capacity = max(4 * block, round(self.ring_s * rate))
         self._ring = Ring(capacity)
+        self._marks = Marks(2 * capacity // block + 8)  # more than the ring's blocks: never full
+        self._ratio, self._shift = self.out_rate / rate, 0
+        self._times, self.timeline = np.zeros((2, 0)), None
         self._scratch = np.zeros(capacity, dtype=np.float32)
         self._mix = np.zeros(4 * block, dtype=np.float32)
         self._pending.reset()
@@ -79,6 +93,10 @@ class DeviceSource(DeviceStream):
             mono = np.mean(indata, axis=1, out=self._mix[:frames])
         else:  # larger block than asked for: rare enough to allocate
             mono = indata.mean(axis=1)
+        adc = time_info.inputBufferAdcTime
+        if adc:  # 0.0: this host gives no times
+            self._marks.put(self._ring.written, adc, frames)
+            stats.timestamps = True
         if self._ring.write(mono) < frames:
             stats.overflows += 1  # the engine fell ring_s behind: this block is lost
         self._keep_level(mono)
@@ -103,7 +121,8 @@ class DeviceSource(DeviceStream):
             raise AudioError("enable_echo_cancel: start() the source and the sink first")
         if delay_ms is None:  # PortAudio's estimate of the echo path: output + input latency
             delay_ms = round(1000 * (sink.stats.latency_s + self.stats.latency_s))
-        self._echo = EchoCanceller(sink.echo_reference(), sink.stats.rate, self.out_rate, delay_ms)
+        tap, marks = sink.echo_reference()
+        self._echo = EchoCanceller(tap, sink.stats.rate, self.out_rate, delay_ms, far_marks=marks)
 
     def disable_echo_cancel(self) -> None:
         self._echo = None
@@ -136,22 +155,48 @@ class DeviceSource(DeviceStream):
     def _take(self, samples: int) -> np.ndarray:
         """The next period from the FIFO, zero-padded when short; muting and echo applied."""
         out = np.zeros(samples, dtype=np.float32)
-        self._pending.read_into(out)
+        start = self._pending.consumed
+        self.timeline = self._timeline(start, self._pending.read_into(out))
         if self._echo is not None:  # also while muted: the canceller keeps adapting
-            out = self._echo.process(out, backlog=round(self.queued_s * self.out_rate))
+            backlog = round(self.queued_s * self.out_rate)
+            out = self._echo.process(out, backlog=backlog, times=self.timeline)
         if self._muted:
             out[:] = 0.0
         return out
 
     def _drain(self) -> None:
         """Move everything the callback queued through the resampler into the FIFO."""
+        self._take_marks()
         n = self._ring.read_into(self._scratch)
         if n == 0:
             return
         block = self._scratch[:n]
         converted = block if self._resampler is None else self._resampler.resample_chunk(block)
-        if self._pending.write(converted) < len(converted):
+        took = self._pending.write(converted)
+        if took < len(converted):
             self.stats.overflows += 1
+            self._shift += len(converted) - took
+
+    def _take_marks(self) -> None:
+        """The callback's new marks, moved to FIFO positions (the resampler keeps time: its
+        output sample k is the input's instant k / out_rate)."""
+        index, adc, _ = self._marks.take()
+        if index.size:
+            fifo = index * self._ratio - self._shift
+            self._times = np.concatenate([self._times, np.stack([fifo, adc])], axis=1)
+
+    def _timeline(self, start: int, n: int) -> Timeline | None:
+        """When the FIFO's samples ``start`` .. ``start + n`` were captured (None: no times);
+        marks the next period no longer needs are dropped."""
+        index, adc = self._times
+        if not index.size:
+            return None
+        inside = (index > start) & (index < start + n)
+        offsets = np.concatenate([[0.0], index[inside] - start])
+        times = np.concatenate([[time_at(start, index, adc, self.out_rate)], adc[inside]])
+        keep = max(0, int(np.searchsorted(index, start + n, side="right")) - 1)
+        self._times = self._times[:, keep:]
+        return Timeline(offsets, times, float(self.out_rate))
 
     @property
     def captured_ago_s(self) -> float:

@@ -39,8 +39,8 @@ def talking_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
     step = Session.step
 
-    def said(self: Session, mic: Any) -> Any:
-        outcome = step(self, mic)
+    def said(self: Session, mic: Any, facts: dict[str, Any] | None = None) -> Any:
+        outcome = step(self, mic, facts)
         index = outcome.record.index
         heard = "how are you" if index == 1 else ""
         return _Said(outcome, f" w{index}" if index % 2 == 0 else "", heard)

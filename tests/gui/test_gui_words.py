@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.gui.worker.response import ResponseClock
+from app.response import ResponseClock
 from engine.arms import Arm
+from engine.trace import read_trace
 from tests.gui.conftest import SESSION_MS
 
 if TYPE_CHECKING:
@@ -24,13 +25,25 @@ def test_response_clock_times_the_first_sound_after_speech() -> None:
     clock = ResponseClock(mic_rate=1000, out_rate=1000)
     talk, quiet = np.full(1000, 0.3, np.float32), np.zeros(1000, np.float32)
     talk[600:] = 0.0  # speech ends 0.6 s into the period starting at t = 2
-    assert clock.feed(2.0, talk, quiet, played_at=3.1) is None
+
+    def at(start: float) -> Callable[[float], float]:
+        return lambda k: start + k / 1000
+
+    clock.heard(talk, at(2.0))
+    clock.played(quiet, at(3.1))
+    assert clock.poll() is None
     answer = np.zeros(1000, np.float32)
     answer[200:] = 0.2  # first sound 0.2 s into the audio played from t = 4.1
-    assert clock.feed(3.0, quiet, answer, played_at=4.1) == pytest.approx(4.3 - 2.6)
-    assert clock.feed(4.0, quiet, answer, played_at=5.1) is None  # one answer, one measure
+    clock.heard(quiet, at(3.0))
+    clock.played(answer, at(4.1))
+    assert clock.poll() == pytest.approx(4.3 - 2.6)
+    clock.heard(quiet, at(4.0))
+    clock.played(answer, at(5.1))
+    assert clock.poll() is None  # one answer, one measure
     # The assistant already talking when the user stops is no answer: no onset after speech.
-    assert clock.feed(5.0, talk, np.full(1000, 0.2, np.float32), played_at=6.1) is None
+    clock.heard(talk, at(5.0))
+    clock.played(np.full(1000, 0.2, np.float32), at(6.1))
+    assert clock.poll() is None
 
 
 def test_a_cpu_session_says_plainly_what_it_measures(
@@ -53,6 +66,12 @@ def test_a_cpu_session_says_plainly_what_it_measures(
     assert chips["memory"].value.text().endswith(" (RAM)")  # the CPU's memory, said so
     assert all(view.dropouts == 0 for view in window.panel.history.window(1e9))
     assert 0 < window.panel.history.responses_ms[0] < 10_000
+    # The trace carries the same numbers as the window, in the periods that measured them (a
+    # file and no speaker: estimated from the queues).
+    _, records = read_trace(window.controller.trace)
+    traced = [r["loop"] for r in records if "response_ms" in r["loop"]]
+    assert [t["response_ms"] for t in traced] == window.panel.history.responses_ms
+    assert {t["response_by"] for t in traced} == {"queues"}
 
 
 def test_every_chart_and_figure_explains_itself_and_arms_say_what_they_mean(

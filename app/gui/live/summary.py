@@ -59,8 +59,10 @@ class SummaryCard(QFrame):
         specs = {
             "response": (
                 "response",
-                "How long the assistant takes to answer: from the end of your speech to its "
-                "first sound (median of the answers so far; the last one in brackets).",
+                "How long the assistant takes to answer: from the end of your speech at the "
+                "microphone to its first sound at the speaker, by the sound card's own clock "
+                "where it gives one (median of the answers so far; the last one in brackets; "
+                "the trace's response_ms).",
             ),
             "headroom": (
                 "headroom",

@@ -40,9 +40,9 @@ from app.gui.worker.keep import KeptModel
 from app.gui.worker.levels import HeardLevel, LevelReader
 from app.gui.worker.preflight import StartError, check_before_loading
 from app.gui.worker.recorder import AudioRecorder
-from app.gui.worker.response import ResponseClock
 from app.gui.worker.routes import AudioRoute, OpenedAudio, open_audio
 from app.heap import freeze_heap
+from app.response import ResponseMeter, response_facts
 from app.settings import Settings
 from app.transcript import LiveFile, Transcript, audio_time, transcript_path
 from engine.arms import Arm
@@ -284,36 +284,31 @@ class EngineThread(QThread):
         trim = RANDOM_WEIGHTS_TRIM_DB if session.weights_synthetic else 0.0
         out_stage = OutputStage(session.output_rate, trim_db=trim)
         silence = np.zeros(samples, dtype=np.float32)
-        clock = ResponseClock(session.input_rate, session.output_rate)
+        meter = ResponseMeter(audio.source, audio.sink, session.input_rate, session.output_rate)
         numbers = session.loaded.has_text and session.weights_synthetic
         while not self._stop.is_set():
             raw = audio.source.read_period(samples)
             if raw is None:
                 return "input ended"
-            read_at, behind = time.monotonic(), getattr(audio.source, "captured_ago_s", 0.0)
             mic_stage.gain_db = controls.mic_gain_db
             mic = mic_stage.process(raw)
             heard = mic if self._mic_open() else silence  # what the session hears (it gates too)
+            meter.heard(heard)
+            response = response_facts(meter.poll(), meter.by)  # an answer that has played by now
             self._in_step = True
-            outcome = session.step(mic)
+            outcome = session.step(mic, response)  # the trace's response_ms is the window's
             self._in_step = False
             view = PeriodView.from_outcome(outcome)
             out_stage.volume_db, out_stage.muted = controls.volume_db, controls.muted
             played = out_stage.process(outcome.pcm)
-            # When its first sample is played, in microphone time: the period's end was
-            # captured ``behind`` before the read; then the step; then what the sink plays first.
-            ahead = getattr(audio.sink, "ahead_s", 0.0)
-            played_at = (
-                view.t_s + view.budget_ms / 1e3 + behind + time.monotonic() - read_at + ahead
-            )
-            response_s = clock.feed(view.t_s, heard, outcome.pcm, played_at)
             view = dataclasses.replace(
                 view,
-                response_ms=None if response_s is None else response_s * 1e3,
+                response_ms=response.get("response_ms"),
                 dropouts=_dropouts(audio),
             )
             if view.barge_in:
                 audio.interrupt()  # the user spoke over the assistant: drop what still queues
+            meter.played(outcome.pcm)  # its sound, whatever the volume
             audio.sink.write(played)
             recorder.add(heard, played)
             if numbers:  # random weights' text is token numbers: the window says no words
