@@ -76,13 +76,20 @@ class _Zygote:
                 bufsize=0, cwd=ROOT, env=_env(),
             )  # fmt: skip
         self.pending = b""
+        self.loads_owed = 0  # answers to loads sent ahead (:meth:`load_ahead`), not yet read
 
     def ask(self, request: dict[str, object], timeout: float | None = None) -> dict[str, object]:
         """Send ``request``; its answer within ``timeout`` (else ``TimeoutError``: it is still
         owed, and :meth:`answer` takes it)."""
+        while self.loads_owed:
+            self.loads_owed -= 1
+            _one_thread(self.answer())
+        self._send(request)
+        return self.answer(timeout)
+
+    def _send(self, request: dict[str, object]) -> None:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        return self.answer(timeout)
 
     def answer(self, timeout: float | None = None) -> dict[str, object]:
         assert self.process.stdout is not None
@@ -101,8 +108,12 @@ class _Zygote:
 
     def share(self, argv: list[str]) -> None:
         """Have the zygote load the model ``converse argv`` loads (see its module)."""
-        threads = self.ask({"op": "load", "argv": argv})["threads"]
-        assert threads == 1, f"the load left {threads} threads: a fork would not copy them"
+        _one_thread(self.ask({"op": "load", "argv": argv}))
+
+    def load_ahead(self, argv: list[str]) -> None:
+        """:meth:`share`, answered later: the zygote loads while the caller goes on."""
+        self._send({"op": "load", "argv": argv})
+        self.loads_owed += 1
 
     def fork(self, code: str, cwd: Path | None, session: bool, shared: bool = False) -> Forked:
         self.children += 1
@@ -119,7 +130,11 @@ class _Zygote:
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
-        self.process.wait(timeout=30)
+        try:
+            self.process.wait(timeout=60)  # it ends once its imports or a load ahead end
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -133,10 +148,19 @@ def _the_zygote(memory: int = MEMORY_BYTES) -> _Zygote:
     return _zygotes[memory]
 
 
-def prestart() -> None:
-    """Start every zygote now; each imports while the caller goes on."""
+def _one_thread(answer: dict[str, object]) -> None:
+    threads = answer["threads"]
+    assert threads == 1, f"the load left {threads} threads: a fork would not copy them"
+
+
+def prestart(shared: list[str] | None = None) -> None:
+    """Start every zygote now; each imports while the caller goes on, and the one children
+    under :data:`MEMORY_BYTES` fork from then loads the model ``converse shared`` loads, for
+    the children handed it as loaded (:func:`run`'s ``shared``)."""
     for memory in _PRELOADS:
         _the_zygote(memory)
+    if shared is not None:
+        _the_zygote().load_ahead(shared)
 
 
 class Forked:
