@@ -13,8 +13,8 @@ again (seconds a child on a busy 2-core machine). Two bounds have one: :data:`ME
 (torch imported) and :data:`TORCH_FREE_BYTES` (commands that must end before torch loads: its
 import alone maps more, so one that loaded it would fail). A child under another bound, or one
 asked ``fresh`` (its peak memory is measured: a fork's would count the zygote's pages), is a
-fresh ``python -c``. :func:`prestart` starts the zygotes early (the suite's conftest, once
-collection ends), so their imports run beside the suite's first tests.
+fresh ``python -c``. :func:`prestart` starts the zygotes early (the suite's conftest, at its
+first test), so their imports run beside the suite's first tests.
 """
 
 from __future__ import annotations
