@@ -49,13 +49,17 @@ def _cgroup_room() -> int | None:
         return None
 
 
-def check_host_memory(needed: int, what: str, parts: str, fix: str) -> None:
+def check_host_memory(
+    needed: int, what: str, parts: str, fix: str, *, at_least: bool = False
+) -> None:
     """A :class:`FamilyError` on ``device`` when the host cannot hold ``needed`` bytes:
-    ``what`` needs them (``parts`` says of what), ``fix`` says what to do."""
+    ``what`` needs them (``parts`` says of what), ``fix`` says what to do; ``at_least``: they
+    are what is known before the model is built, part of what it needs."""
     room, bound = host_room()
     if room < needed:
         raise FamilyError(
-            f"{what} needs about {byte_text(needed)} of host memory on the CPU ({parts}), "
+            f"{what} needs {'at least' if at_least else 'about'} {byte_text(needed)} of host "
+            f"memory on the CPU ({parts}), "
             f"but {bound} {byte_text(room)}: {fix}",
             "device",
         )

@@ -283,6 +283,11 @@ class Declaration:
     stream: tuple[StreamEvent, ...]
     host_randomness: str = HOST_RANDOMNESS_FORBIDDEN
     description: str = ""
+    # The plans :func:`engine.plan.make_plan` made of this declaration, by their overrides: a
+    # plan is a pure function of both, and a run asks for the same one several times.
+    _plans: dict[tuple[tuple[str, int], ...], object] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def values(self, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
         """The operating point as integers, with ``overrides`` replacing declared entries.

@@ -2,9 +2,10 @@
 
 Every error is a ``DeclarationError`` whose message starts with the YAML path of the field
 (``regions.estimator_att.retention.order``), shows the bad value and names the fix. Unknown keys
-are errors, so a typo never passes silently. Files are read by :func:`engine.safe_yaml.read_yaml`
-(safe tags only, size, depth and alias bounds); expressions are parsed by :mod:`engine.expr`,
-never evaluated by Python.
+are errors, so a typo never passes silently. Files are read within :mod:`engine.safe_yaml`'s
+bounds (safe tags only, size, depth and alias bounds); expressions are parsed by
+:mod:`engine.expr`, never evaluated by Python. A file's text is validated once a process:
+:func:`load_declaration` returns the same :class:`Declaration` while the text is the same.
 
 Shipped declarations live in ``assets/declarations/`` at the repository root (the same folder in
 an editable install); an installed distribution that packages ``assets`` as a package is found
@@ -13,6 +14,7 @@ through ``importlib.resources``.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import importlib.util
 from collections.abc import Mapping
@@ -45,7 +47,7 @@ from engine.contract import (
 )
 from engine.expr import Expr, ExprError, Predicate, parse_predicate, predicate_names
 from engine.extents import MAX_CLOSURE_CALLS
-from engine.safe_yaml import YamlError, read_yaml
+from engine.safe_yaml import YamlError, parse_yaml, read_yaml_text
 from engine.yaml_fields import Fields, choice, entries, expr_errors, expr_field, typed
 
 REQUIRED: Any = object()
@@ -93,7 +95,20 @@ def load_declaration(path_or_name: str | Path) -> Declaration:
     ``assets/declarations/`` (``"minicpmo45_token2wav"``). Raises ``DeclarationError``."""
     path = resolve_path(path_or_name)
     try:
-        document = read_yaml(path)
+        text = read_yaml_text(path)
+    except YamlError as error:
+        raise DeclarationError(f"{error}; fix the declaration file") from None
+    return _declaration(text, path)
+
+
+@functools.lru_cache(maxsize=16)
+def _declaration(text: str, path: Path) -> Declaration:
+    """The declaration ``text`` (read from ``path``) states, validated once per text and path:
+    a family's checks, footprint, binding and the command line's help read one declaration
+    several times a run, and its plans (:func:`engine.plan.make_plan`) are kept with it. A file
+    that changes is another text, read again."""
+    try:
+        document = parse_yaml(text, str(path))
     except YamlError as error:
         raise DeclarationError(f"{error}; fix the declaration file") from None
     return parse_declaration(document, default_name=path.stem)

@@ -365,18 +365,34 @@ def _input_bytes(region: Region, plan: RegionPlan, extent: int, state_rule: bool
 # --- the whole plan -------------------------------------------------------------------------
 
 
+PLANS_KEPT = 16  # plans kept with one declaration (one per voice length seen, say)
+
+
 def make_plan(decl: Declaration, overrides: Mapping[str, int] | None = None) -> Plan:
     """The plan of ``decl`` at its operating point with ``overrides`` applied; a value past
     the expressions' bound anywhere in it (a size, an extent, a byte count) is a
-    ``DeclarationError`` naming what computed it."""
+    ``DeclarationError`` naming what computed it.
+
+    Made once per declaration and operating point, then kept with the declaration (up to
+    :data:`PLANS_KEPT`): a family's checks, footprint, host-memory check and binding ask for
+    the same plan several times a run, and :func:`engine.declaration_io.load_declaration`
+    returns one declaration per file text. A plan is read-only; share it, never change it."""
     try:
-        return _plan(decl, overrides)
+        env = decl.values(overrides)
+        key = tuple(sorted(env.items()))  # the operating point: overrides that agree share it
+        kept = decl._plans.get(key)
+        if isinstance(kept, Plan):
+            return kept
+        plan = _plan(decl, env)
     except ExprError as error:
         raise DeclarationError(f"{decl.name}: {error}") from None
+    if len(decl._plans) >= PLANS_KEPT:
+        decl._plans.clear()  # atomic, where evicting one while another thread adds is not
+    decl._plans[key] = plan
+    return plan
 
 
-def _plan(decl: Declaration, overrides: Mapping[str, int] | None) -> Plan:
-    env = decl.values(overrides)
+def _plan(decl: Declaration, env: dict[str, int]) -> Plan:
     check_point(decl, env)
     regions = {name: region_plan(decl, env, region) for name, region in decl.regions.items()}
     operators = tuple(operator_plan(decl, env, op) for op in decl.operators.values())

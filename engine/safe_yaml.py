@@ -38,6 +38,7 @@ __all__ = [
     "YamlError",
     "parse_yaml",
     "read_yaml",
+    "read_yaml_text",
 ]
 
 MAX_BYTES = MIB  # 1 MiB: the largest shipped YAML is ~10 KB
@@ -142,16 +143,21 @@ def read_yaml(
     over ``max_bytes``, invalid YAML or a document over the loader's depth or node bound;
     callers rewrap it in their own error type, adding the fix in their own words.
     """
+    return parse_yaml(read_yaml_text(path, max_bytes=max_bytes), str(path), loader=loader)
+
+
+def read_yaml_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> str:
+    """The text of ``path``, read within ``max_bytes`` (the file checks of :func:`read_yaml`),
+    not yet parsed: for a reader that keeps what it parsed of each text."""
     p = Path(path)
     try:
         raw = read_limited(p, max_bytes)
     except FileRefused as error:
         raise YamlError(str(error)) from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise YamlError(f"{p}: not UTF-8 text (byte {error.start})") from None
-    return parse_yaml(text, str(p), loader=loader)
 
 
 def parse_yaml(text: str, name: str, *, loader: type[BoundedLoader] = BoundedLoader) -> Any:

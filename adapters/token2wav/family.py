@@ -280,8 +280,14 @@ WORKSPACE_BYTES = 512 << 20  # the activations of one window on the CPU (full si
 
 def _check_host(request: ModelRequest, size: ModelPreset, declaration: str) -> None:
     """Refuse, before anything is allocated on the CPU, a decoder the host cannot hold: its
-    modules' bytes (built on the meta device: weights, and the stock envelope when loaded), the
-    checkpoint files read while loading, what its plan prices under the arm, a workspace."""
+    modules' bytes (weights, and the stock envelope when loaded), the checkpoint files read
+    while loading, what its plan prices under the arm, a workspace.
+
+    First what the declaration and the folder state, before anything is built: the stock
+    envelope its regions declare, the files, the plan's price, the workspace (a host that
+    cannot hold these is refused at once, weights not yet counted). Then the modules' own
+    bytes, built on the meta device (a few seconds: torch's meta kernels import its compiler).
+    """
     import torch
 
     from adapters.host_memory import check_host_memory
@@ -296,25 +302,33 @@ def _check_host(request: ModelRequest, size: ModelPreset, declaration: str) -> N
         config = size.flow if folder is None else read_flow_config(folder / "flow.yaml")
     except CheckpointError as error:
         raise FamilyError(str(error), "checkpoint") from None
-    with torch.device("meta"):
-        flow = build_flow(config, seed=request.seed, envelope=request.envelope)
-        hift = build_hift(request.seed, size.hift)
-    tensors = [*flow.parameters(), *flow.buffers(), *hift.parameters(), *hift.buffers()]
-    modules = sum(t.numel() * t.element_size() for t in tensors)
     files = 0 if folder is None else sum(f.stat().st_size for f in folder.glob("*.pt"))
-    price = make_plan(load_declaration(declaration)).price(request.arm)
+    plan = make_plan(load_declaration(declaration))
+    price = plan.price(request.arm)
     # Without the state rule the plan prices the state at the stock envelope: the flow's own
-    # buffers, counted above; the replay's staging copies come on top.
+    # buffers, counted with its modules; the replay's staging copies come on top.
     state = price.total_bytes if request.arm.state_rule else price.staging_bytes
-    parts = (
-        f"{byte_text(modules)} weights{' and stock envelope' if request.envelope else ''}, "
+    rest = (
         f"{byte_text(files)} checkpoint files while loading, "
         f"{byte_text(state)} state under {request.arm}, "
         f"{byte_text(WORKSPACE_BYTES)} workspace"
     )
+    what = f"Token2Wav ({size.name})"
     fix = "close other programs, choose the small model size, or use a CUDA GPU"
+    envelope = 0
+    if request.envelope:
+        envelope = sum(r.envelope_bytes for r in plan.regions if r.envelope_shape is not None)
+    declared = f"{byte_text(envelope)} stock envelope (its declaration's), " if envelope else ""
+    known = envelope + files + state + WORKSPACE_BYTES
+    check_host_memory(known, what, f"{declared}{rest}, and its weights", fix, at_least=True)
+    with torch.device("meta"):
+        flow = build_flow(config, seed=request.seed, envelope=request.envelope)
+        hift = build_hift(None, size.hift)  # shapes only: no values drawn
+    tensors = [*flow.parameters(), *flow.buffers(), *hift.parameters(), *hift.buffers()]
+    modules = sum(t.numel() * t.element_size() for t in tensors)
+    weights = f"{byte_text(modules)} weights{' and stock envelope' if request.envelope else ''}"
     needed = modules + files + state + WORKSPACE_BYTES
-    check_host_memory(needed, f"Token2Wav ({size.name})", parts, fix)
+    check_host_memory(needed, what, f"{weights}, {rest}", fix)
 
 
 def _load_models(request: ModelRequest, size: ModelPreset, progress: Progress) -> tuple[Any, Any]:

@@ -6,12 +6,15 @@ space capped with ``RLIMIT_AS`` (set before Python imports anything of ours) and
 with a timeout, and returns what it printed. :func:`assert_clean` is the common verdict: it
 ended by itself, with no Python traceback on either stream.
 
-A child under the usual bound is forked from a zygote (:mod:`tests.hostile.zygote`: one
-process, started once, that has imported torch and the project under that bound and nothing
-else): its own process, exit status, streams, signals and session, as ``python -c`` would
-give, without paying torch's import again (seconds a child on a busy 2-core machine). A child
-under another bound (a smaller one, or one whose peak memory is measured) is a fresh
-``python -c``.
+A child is forked from a zygote (:mod:`tests.hostile.zygote`: one process per bound, started
+once, that has imported the project under that bound and nothing else): its own process, exit
+status, streams, signals and session, as ``python -c`` would give, without paying the imports
+again (seconds a child on a busy 2-core machine). Two bounds have one: :data:`MEMORY_BYTES`
+(torch imported) and :data:`TORCH_FREE_BYTES` (commands that must end before torch loads: its
+import alone maps more, so one that loaded it would fail). A child under another bound, or one
+asked ``fresh`` (its peak memory is measured: a fork's would count the zygote's pages), is a
+fresh ``python -c``. :func:`prestart` starts the zygotes early (the suite's conftest, at its
+first test), so their imports run beside the suite's first tests.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_BYTES = 3 << 30  # torch's CPU import maps ~1.5 GB of address space; a runaway needs far more
+TORCH_FREE_BYTES = 1 << 30  # commands that end before torch loads need little address space
+_PRELOADS = {MEMORY_BYTES: "PRELOADED", TORCH_FREE_BYTES: "TORCH_FREE"}  # zygote.py's names
 
 
 @dataclass(frozen=True)
@@ -60,23 +65,31 @@ def _env() -> dict[str, str]:
 class _Zygote:
     """The client of :mod:`tests.hostile.zygote`: one request at a time, one answer a line."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory: int) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="dc-zygote-"))
         self.children = 0
+        serve = f"from tests.hostile import zygote\nzygote.serve(zygote.{_PRELOADS[memory]})\n"
         with open(self.folder / "zygote.err", "w") as errors:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _prelude(MEMORY_BYTES) + _SERVE],
+                [sys.executable, "-c", _prelude(memory) + serve],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                 bufsize=0, cwd=ROOT, env=_env(),
             )  # fmt: skip
         self.pending = b""
+        self.loads_owed = 0  # answers to loads sent ahead (:meth:`load_ahead`), not yet read
 
     def ask(self, request: dict[str, object], timeout: float | None = None) -> dict[str, object]:
         """Send ``request``; its answer within ``timeout`` (else ``TimeoutError``: it is still
         owed, and :meth:`answer` takes it)."""
+        while self.loads_owed:
+            self.loads_owed -= 1
+            _one_thread(self.answer())
+        self._send(request)
+        return self.answer(timeout)
+
+    def _send(self, request: dict[str, object]) -> None:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        return self.answer(timeout)
 
     def answer(self, timeout: float | None = None) -> dict[str, object]:
         assert self.process.stdout is not None
@@ -95,8 +108,12 @@ class _Zygote:
 
     def share(self, argv: list[str]) -> None:
         """Have the zygote load the model ``converse argv`` loads (see its module)."""
-        threads = self.ask({"op": "load", "argv": argv})["threads"]
-        assert threads == 1, f"the load left {threads} threads: a fork would not copy them"
+        _one_thread(self.ask({"op": "load", "argv": argv}))
+
+    def load_ahead(self, argv: list[str]) -> None:
+        """:meth:`share`, answered later: the zygote loads while the caller goes on."""
+        self._send({"op": "load", "argv": argv})
+        self.loads_owed += 1
 
     def fork(self, code: str, cwd: Path | None, session: bool, shared: bool = False) -> Forked:
         self.children += 1
@@ -113,19 +130,37 @@ class _Zygote:
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
-        self.process.wait(timeout=30)
+        try:
+            self.process.wait(timeout=60)  # it ends once its imports or a load ahead end
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_SERVE = "from tests.hostile.zygote import serve\nserve()\n"
-_zygote: list[_Zygote] = []  # started at the first forked child, ended with the test process
+_zygotes: dict[int, _Zygote] = {}  # by bound; started at its first child (or by prestart())
 
 
-def _the_zygote() -> _Zygote:
-    if not _zygote:
-        _zygote.append(_Zygote())
-        atexit.register(_zygote[0].close)
-    return _zygote[0]
+def _the_zygote(memory: int = MEMORY_BYTES) -> _Zygote:
+    if memory not in _zygotes:
+        _zygotes[memory] = _Zygote(memory)
+        atexit.register(_zygotes[memory].close)  # ended with the test process
+    return _zygotes[memory]
+
+
+def _one_thread(answer: dict[str, object]) -> None:
+    threads = answer["threads"]
+    assert threads == 1, f"the load left {threads} threads: a fork would not copy them"
+
+
+def prestart(shared: list[str] | None = None) -> None:
+    """Start every zygote now; each imports while the caller goes on, and the one children
+    under :data:`MEMORY_BYTES` fork from then loads the model ``converse shared`` loads, for
+    the children handed it as loaded (:func:`run`'s ``shared``)."""
+    for memory in _PRELOADS:
+        _the_zygote(memory)
+    if shared is not None:
+        _the_zygote().load_ahead(shared)
 
 
 class Forked:
@@ -180,12 +215,14 @@ def run(
     memory: int = MEMORY_BYTES,
     cwd: Path | None = None,
     shared: list[str] | None = None,
+    fresh: bool = False,
 ) -> Result:
     """Run Python ``code`` in a bounded child; a timeout fails the test (a hang).
     ``shared``: a ``converse`` command line whose model the child is handed as loaded (the
-    zygote's, see :mod:`tests.hostile.zygote`) instead of loading it again."""
-    if memory == MEMORY_BYTES:
-        zygote = _the_zygote()
+    zygote's, see :mod:`tests.hostile.zygote`) instead of loading it again; ``fresh``: in a
+    fresh interpreter, not forked (see the module)."""
+    if memory in _PRELOADS and not fresh:
+        zygote = _the_zygote(memory)
         if shared is not None:
             zygote.share(shared)
         child = zygote.fork(code, cwd, session=False, shared=shared is not None)
