@@ -11,7 +11,7 @@ five espeak-ng voices, four speeds, every fourth over noise; a dev half to choos
 half to report). Each is heard after 1 s of silence, then silence until the answer ends, period
 by period at the pace of a microphone: period ``k``'s audio is handed to ``step`` at
 ``t0 + (k + 1)·period_s``, when a microphone would have delivered it; each in a fresh
-conversation, so what is heard and said depends on the audio alone (every model is greedy).
+conversation, so what is heard and said depends on the audio alone (no model samples).
 
 Quality: the recognizer's word error rate over the questions (``jiwer`` after lower-casing,
 dropping punctuation and spelling small numbers) and the answers' accuracy (the answer contains

@@ -38,57 +38,58 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from adapters.basic.prompt import PROMPT, SHOTS, SYSTEM, chat
 from bench.env_info import environment
 from tests.basic_questions import QUESTIONS, word_error_rate
 
 HEARD = Path(__file__).resolve().parent / "results" / "basic_cpu.json"
 
 # Chats each question continues (system prompt and worked turns), by name. "shipped" is
-# adapters/basic/reply.py's PROMPT; none of the set's questions is among the worked turns.
-_PLAIN = (
-    "You are a friendly voice assistant. Answer every question in one short, correct sentence "
-    "that states the answer plainly."
-)
+# adapters/basic/prompt.py's PROMPT; none of the set's questions is among the worked turns.
 _HEARD = (
     "You are a friendly voice assistant. The user's words come from speech recognition and may "
     "contain misheard words: answer the question they most likely asked, in one short, correct "
     "sentence that states the answer plainly."
 )
-_SHOTS = (
-    ("What is the capital of Spain?", "The capital of Spain is Madrid."),
-    ("How many legs does a cat have?", "A cat has four legs."),
-    ("Can you suggest something to drink?", "Try a glass of cold lemonade."),
-)
 _MORE = (
-    *_SHOTS,
+    *SHOTS,
     ("Who painted the Mona Lisa?", "Leonardo da Vinci painted the Mona Lisa."),
     ("What color is a lemon?", "A lemon is yellow."),
     ("How many wheels does a car have?", "A car has four wheels."),
 )
 
-
-def _chat(system: str, shots: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
-    turns = [{"role": "system", "content": system}]
-    for user, assistant in shots:
-        turns += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-    return turns
-
-
 PROMPTS = {
-    "shipped": _chat(_PLAIN, _SHOTS),
-    "heard": _chat(_HEARD, _SHOTS),
-    "more": _chat(_PLAIN, _MORE),
+    "shipped": PROMPT,
+    "heard": chat(_HEARD, SHOTS),
+    "more": chat(SYSTEM, _MORE),
+    "heard_more": chat(_HEARD, _MORE),
 }
+
+_ASKING = "Everyday questions to a voice assistant."
+_ONE_PASS = {"temperature": 0.0}  # no fallback to sampling: the same words every run
 
 DECODINGS: dict[str, dict[str, Any]] = {
     "greedy": {"beam_size": 1},
+    "greedy_t0": {"beam_size": 1, **_ONE_PASS},
     "beam5": {"beam_size": 5},
-    "prompt": {"beam_size": 1, "initial_prompt": "A question:"},
-    "prompt_q": {"beam_size": 1, "initial_prompt": "Everyday questions to a voice assistant."},
-    "beam5_prompt_q": {
-        "beam_size": 5,
-        "initial_prompt": "Everyday questions to a voice assistant.",
+    "beam5_t0": {"beam_size": 5, **_ONE_PASS},
+    "beam3_t0": {"beam_size": 3, **_ONE_PASS},
+    "greedy_t0_prompt_q": {"beam_size": 1, "initial_prompt": _ASKING, **_ONE_PASS},
+    "beam5_t0_prompt_q": {"beam_size": 5, "initial_prompt": _ASKING, **_ONE_PASS},
+    "greedy_t0_prompt_ex": {
+        "beam_size": 1,
+        "initial_prompt": "What is the capital of Spain? How many legs does a cat have?",
+        **_ONE_PASS,
     },
+    "beam5_t0_prompt_ex": {
+        "beam_size": 5,
+        "initial_prompt": "What is the capital of Spain? How many legs does a cat have?",
+        **_ONE_PASS,
+    },
+    "greedy_t0_nospeech_off": {"beam_size": 1, "no_speech_threshold": None, **_ONE_PASS},
+    "prompt": {"beam_size": 1, "initial_prompt": "A question:"},
+    "prompt_q": {"beam_size": 1, "initial_prompt": _ASKING},
+    "beam5_prompt_q": {"beam_size": 5, "initial_prompt": _ASKING},
 }
 
 
@@ -126,13 +127,26 @@ def cut(segments: Path) -> None:
     np.savez(segments, **cuts)  # type: ignore[arg-type]
 
 
-def hear(segments: Path, decoding: str) -> dict[str, Any]:
-    """Whisper base with ``decoding`` on the saved cuts: WER per split, CPU s per question."""
+def reframed(cut: np.ndarray, pad_s: float | None) -> np.ndarray:
+    """``cut`` (framed by the cascade's ``PAD_S`` of silence each side) framed by ``pad_s``
+    instead (None: as cut)."""
+    from adapters.basic.cascade import PAD_S
+    from adapters.turns.vad import RATE
+
+    if pad_s is None:
+        return cut
+    was, now = round(PAD_S * RATE), np.zeros(round(pad_s * RATE), dtype=np.float32)
+    return np.concatenate([now, cut[was : cut.size - was], now])
+
+
+def hear(segments: Path, decoding: str, pad_s: float | None) -> dict[str, Any]:
+    """Whisper base with ``decoding`` on the saved cuts (each framed by ``pad_s`` of silence,
+    None: as the cascade framed it): WER per split, CPU s per question."""
     from faster_whisper import WhisperModel
 
     from adapters.basic.hearing import model_files
 
-    cuts = np.load(segments)
+    cuts = {key: reframed(audio, pad_s) for key, audio in np.load(segments).items()}
     model = WhisperModel(
         "whisper-base", device="cpu", compute_type="int8", cpu_threads=2, files=model_files()
     )
@@ -163,6 +177,7 @@ def hear(segments: Path, decoding: str) -> dict[str, Any]:
         "what": "hear",
         "recognizer": "Whisper base int8, 2 threads",
         "decoding": DECODINGS[decoding] | {"name": decoding},
+        "pad_s": pad_s,
         "wer": wer,
         "cpu_s_p50": round(float(np.median(cpu)), 2),
         "heard": heard,
@@ -195,14 +210,15 @@ def _llama_cpp(gguf: Path, prompt: str, max_tokens: int) -> Any:
     return answer
 
 
-def _shipped() -> Any:
-    """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded."""
+def _shipped(prompt: str) -> Any:
+    """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded,
+    after the chat ``prompt`` names."""
     import torch
 
     from adapters.basic.reply import Replier
 
     torch.set_num_threads(1)  # as load_basic sets it
-    replier = Replier()
+    replier = Replier(prompt=PROMPTS[prompt])
     replier.warm_up()
     return lambda question: replier.reply(question, lambda clause: None, threading.Event())
 
@@ -213,7 +229,7 @@ def reply(
     """A reply model on what was heard: answers right, CPU s per reply. ``gguf`` None: the
     shipped Replier (transformers, its own prompt and limits); else that file through llama.cpp."""
     began = time.process_time()
-    answer = _shipped() if gguf is None else _llama_cpp(gguf, prompt, max_tokens)
+    answer = _shipped(prompt) if gguf is None else _llama_cpp(gguf, prompt, max_tokens)
     load_cpu = time.process_time() - began
     if heard_from == "truth":
         heard = {q.index: q.text for q in QUESTIONS}
@@ -236,7 +252,7 @@ def reply(
         "runtime": "transformers (the shipped Replier), 1 thread"
         if gguf is None
         else "llama.cpp (xllamacpp), greedy, 1 thread",
-        "prompt": "shipped" if gguf is None else prompt,
+        "prompt": prompt,
         "split": split,
         "heard_from": heard_from,
         "right": sum(t["right"] for t in turns),
@@ -254,6 +270,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="the JSON each run appends its record to")
     parser.add_argument("--decoding", choices=sorted(DECODINGS), default="greedy")
     parser.add_argument(
+        "--pad", type=float, default=None, help="hear: seconds of silence each side (none: as cut)"
+    )
+    parser.add_argument(
         "--gguf", type=Path, help="reply: the model file (none: the shipped Replier, as loaded)"
     )
     parser.add_argument("--prompt", choices=sorted(PROMPTS), default="shipped")
@@ -266,7 +285,7 @@ def main() -> None:
         cut(args.segments)
         return
     if args.what == "hear":
-        record = hear(args.segments, args.decoding)
+        record = hear(args.segments, args.decoding, args.pad)
     else:
         record = reply(args.gguf, args.prompt, args.split, args.heard, args.max_tokens)
     record["environment"] = environment(" ".join(sys.argv))

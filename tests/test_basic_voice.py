@@ -3,7 +3,7 @@
 The models load once per module (~25 s on two idle cores, 75 s on a busy one), and once more
 for the ``converse`` run. The questions are espeak-ng speech from the spoken question set
 (``tests/basic_questions.py``), heard in real time (``bench/basic_cpu.py``'s ``ask``), or from a
-file on a simulated clock (``converse --headless``). Every model decodes greedily and ``ask``
+file on a simulated clock (``converse --headless``). No model samples and ``ask``
 starts a fresh conversation (so the cut depends on the audio alone): a run is reproducible. The
 sample is every other held-out question, by place, with bounds on its word error rate and its
 right answers taken from the whole set's measured figures, never tuned question by question.
@@ -44,11 +44,14 @@ def cascade() -> Iterator[BasicCascade]:
 
 
 # Every other held-out question, by place (never picked one by one). Bounds from the measured
-# figures (bench/results/basic_cpu.json, 2026-12-01): the whole set's WER was 16.3% (this
-# sample's 7.5%) and this sample had 5 of 10 answers right; room for one more miss.
+# figures (bench/results/basic_cpu.json, 2026-12-02 04:07 UTC): the whole set's WER was 13.7%
+# (this sample's 7.5%) and this sample had 6 of 10 answers right; room for one more miss. The
+# answers depend on the final cut alone (no model samples); the words heard may also hold what a
+# speculative recognition posted before the user went on, which depends on the clock: hence the
+# WER's room.
 SAMPLE = split("test")[::2]
 MAX_WER = 0.20
-MIN_RIGHT = 4
+MIN_RIGHT = 5
 
 
 def test_held_out_questions_are_heard_and_answered(cascade: BasicCascade) -> None:

