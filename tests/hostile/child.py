@@ -46,9 +46,15 @@ class Result:
 
 
 def _prelude(memory: int) -> str:
+    """A child's first lines: its memory bound, the worktree first on the path, and Ctrl-C
+    raising ``KeyboardInterrupt`` as in a terminal's foreground command. A run in the
+    background (``&`` without job control: a CI script's, a ``nohup``) ignores SIGINT, its
+    children inherit that and Python keeps it ignored (as the product does: a background job
+    stays deaf to Ctrl-C), so a Ctrl-C the suite sends would not reach them."""
     return textwrap.dedent(f"""
-        import resource, sys
+        import resource, signal, sys
         resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(ROOT)!r})
     """)
 
@@ -269,40 +275,6 @@ def start_fresh(
         env=_env(),
         start_new_session=True,
     )
-
-
-class Alone(subprocess.Popen[str]):
-    """A fresh child whose streams are files, with :class:`Forked`'s :meth:`output`."""
-
-    def __init__(self, argv: list[str], cwd: Path, paths: tuple[Path, Path]) -> None:
-        self.paths = paths
-        with open(paths[0], "w") as out, open(paths[1], "w") as err:
-            super().__init__(argv, stdout=out, stderr=err, text=True, cwd=cwd, env=_env(),
-                             start_new_session=True)  # fmt: skip
-
-    def output(self) -> tuple[str, str]:
-        stdout, stderr = (path.read_text(errors="replace") for path in self.paths)
-        return stdout, stderr
-
-    def communicate(
-        self, input: str | None = None, timeout: float | None = None
-    ) -> tuple[str, str]:
-        try:
-            self.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            self.wait()
-            raise
-        return self.output()
-
-
-def start_alone(code: str, *, cwd: Path) -> Alone:
-    """:func:`start` in a fresh interpreter, not forked: for a run that loads its own model, as
-    a user's process does (the zygote it would fork from holds a loaded model and whatever
-    threads its libraries started; a fork copies their locks, not the threads), its streams
-    files in ``cwd`` (``alone.out``, ``alone.err``), readable as it runs."""
-    argv = [sys.executable, "-c", _prelude(MEMORY_BYTES) + textwrap.dedent(code)]
-    return Alone(argv, cwd, (cwd / "alone.out", cwd / "alone.err"))
 
 
 def cli(

@@ -21,7 +21,7 @@ import soundfile
 
 from app.demo import write_talk
 from engine.trace import read_trace
-from tests.hostile.child import ROOT, Alone, Forked, assert_clean, cli, run, start, start_alone
+from tests.hostile.child import ROOT, Forked, assert_clean, cli, run, start
 from tests.hostile.whole import assert_whole, converse_argv
 
 RATE_OUT = 24_000  # the assistant's rate (Token2Wav)
@@ -33,17 +33,17 @@ def talk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_talk(tmp_path_factory.mktemp("talk") / "talk.wav", 600)
 
 
-def start_converse(folder: Path, talk: Path, *extra: str) -> Forked:
-    """The command on ``talk`` in a child, outputs in ``folder/run``, the model handed over as
-    loaded (:func:`tests.hostile.child.run`'s ``shared``)."""
+def start_converse(folder: Path, talk: Path, *extra: str, loaded: bool = True) -> Forked:
+    """The command on ``talk`` in a child, outputs in ``folder/run`` (``loaded``: the model
+    handed over as loaded, :func:`tests.hostile.child.run`)."""
     (folder / "run").mkdir()
     argv = converse_argv(folder / "run", talk, *extra)
     code = f"from app.cli import main\nsys.exit(main({argv!r}))"
-    return start(code, cwd=folder, shared=argv)
+    return start(code, cwd=folder, shared=argv if loaded else None)
 
 
 def wait_until(
-    done: Callable[[], bool], process: Forked | Alone | subprocess.Popen[str], what: str
+    done: Callable[[], bool], process: Forked | subprocess.Popen[str], what: str
 ) -> None:
     """Poll ``done`` until it holds; fail if the run ends first or within 120 s it does not."""
     deadline = time.monotonic() + 120
@@ -95,11 +95,7 @@ def test_sigterm_from_another_process_ends_a_run_like_ctrl_c(tmp_path: Path, tal
 
 
 def test_ctrl_c_while_loading_is_one_line(tmp_path: Path, talk: Path) -> None:
-    # Its own interpreter, as the user's (a fork of the zygote once hung in its load on CI,
-    # past this test's minute): progress on, so "loading" shows.
-    (tmp_path / "run").mkdir()
-    code = f"from app.cli import main\nsys.exit(main({converse_argv(tmp_path / 'run', talk)!r}))"
-    process = start_alone(code, cwd=tmp_path)
+    process = start_converse(tmp_path, talk, loaded=False)  # progress on: "loading" shows
     wait_until(lambda: "loading" in process.output()[1], process, "loading began")
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
