@@ -685,8 +685,10 @@ def main(argv: list[str] | None = None) -> int:
             session, [Arm.parse(a) for a in args.exact_arms.split(",")],
             [int(x) for x in args.exact_seeds.split(",")], units=args.exact_units,
             again_units=args.again_units, barge_at=args.barge_at, new_at=args.new_at,
-            window=(high, low), log=log, write=lambda part: write(args.out, result),
+            window=(high, low), log=log,
+            write=lambda part: write(args.out, result | {"exact": part}),
         )  # fmt: skip
+        write(args.out, result)
     if "vendor" in phases and session.rules is not None:
         result["vendor"] = vendor_agreement(session, args.seed, args.vendor_units)
         log("vendor", json.dumps(result["vendor"]))

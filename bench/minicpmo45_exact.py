@@ -142,7 +142,10 @@ def exact(
                     "slides": window_stats.get("slides"), "fallbacks": st.get("fallbacks"),
                     "replay": st.get("replay"), "sampled": st.get("sampled"),
                 }  # fmt: skip
-                log(f"exact seed {seed} {name}: equal={cmp['equal']} {cmp['first_difference']}")
+                log(
+                    f"exact seed {seed} {name}: equal={cmp['equal']} {cmp['first_difference']}"
+                    f" slides={window_stats.get('slides')}"
+                )
                 write(out)
     finally:
         config.basic_window_high_tokens, config.basic_window_low_tokens = marks
