@@ -304,6 +304,12 @@ def main() -> None:
         "--pad", type=float, default=None, help="hear: seconds of silence each side (none: as cut)"
     )
     parser.add_argument(
+        "--tail",
+        default=None,
+        help="hear through the shipped Recognizer, its encoder seeing this many seconds of "
+        "padding after the cut ('full': the whole 30-s window); none: faster-whisper's transcribe",
+    )
+    parser.add_argument(
         "--gguf", type=Path, help="reply: the model file (none: the shipped Replier, as loaded)"
     )
     parser.add_argument("--prompt", choices=sorted(PROMPTS), default="shipped")

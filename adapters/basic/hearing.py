@@ -16,12 +16,13 @@ the encoder's cost grows with its frames: a 2-3 s question cost 2.9 CPU-s, nearl
 encoder's pass over padding. CTranslate2 (since 3.19, OpenNMT/CTranslate2#1446) takes fewer
 frames, as whisper.cpp's ``audio_ctx`` does, so the encoder here sees the utterance and
 :data:`TAIL_S` of the padding after it. Too little padding and the decoder, which has only known
-30-s windows, reads the words again ("What is 2 plus 2? What is 2 plus 2? ..."): measured on the
-cascade's cuts of the question set (``bench/basic_screen.py hear --tail``, beam 5, 2 threads),
-WER dev / held-out and CPU-s per question: the whole window 14.7% / 12.7%, 2.95 s; 10 s of tail
-15.4% / 12.7%, 0.98 s (one word more on dev; no repeats in the 40); 7.5 s 22.1% / 14.2%; 5 s
-41.9% / 20.9%; 1 s 446% / 199% (repeats to the token limit). Greedy at 10 s: 23.5% / 13.4% for
-0.74 s.
+30-s windows, reads the words again ("What is 2 plus 2? What is 2 plus 2? ..."). Measured on
+the cascade's cuts of the question set (``bench/basic_screen.py hear --tail``, beam 5, two
+threads; ``bench/results/basic_screen_hear.json``), WER dev / held-out and CPU-s per question:
+the whole window 14.7% / 12.7%, 2.91 s; 10 s of tail 15.4% / 13.4%, 0.98 s (four questions
+heard otherwise, one of them worse: "capital on Germany"; no repeats); 7.5 s 16.2% / 11.9%,
+0.87 s; 5 s 39.7% / 21.6%, 0.77 s (six repeats); 1 s (a prototype run) 446% / 199%, repeats
+to the token limit. Greedy at 10 s: 19.9% / 13.4%, 0.86 s. Chosen on dev: beam 5, 10 s.
 """
 
 from __future__ import annotations
