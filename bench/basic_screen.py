@@ -8,19 +8,23 @@ measured there:
     python3 bench/basic_screen.py cut --segments /tmp/cuts.npz      # the cascade's cut, once
     python3 bench/basic_screen.py hear --segments /tmp/cuts.npz --decoding beam5 \
         --out bench/results/basic_screen.json                       # WER by split, CPU s
+    python3 bench/basic_screen.py hear --segments /tmp/cuts.npz --decoding beam5_t0 --tail 10 \
+        --out bench/results/basic_screen.json     # the shipped Recognizer, a 10-s tail window
     python3 bench/basic_screen.py reply --gguf FILE --prompt heard --split dev \
         --out bench/results/basic_screen.json                       # answers right, CPU s
 
 ``cut``: every question through ``BasicCascade`` (its VAD, preroll and padding) on a simulated
 clock, with Whisper base, a one-word reply and Piper; it saves the audio of the last recognition
 of each question (the one whose words count). ``hear``: Whisper base (the shipped CTranslate2
-files) with a decoding option on those cuts. ``reply``: a GGUF chat model answering what
-``bench/results/basic_cpu.json`` records the cascade heard (``--heard truth``: the questions'
-own words, the ceiling without mishearing), greedy, through llama.cpp (``xllamacpp``, a prebuilt
-wheel; not a project dependency: ``pip install xllamacpp==2026.10.11549`` to screen), one
-thread; a right answer contains one of the question's words (``Question.correct``). CPU seconds
-are the process's, which a busy machine inflates less than wall time. Each run appends one
-record (with its command, date and the machine's load) to ``--out``.
+files) with a decoding option on those cuts, through faster-whisper's ``transcribe`` or, with
+``--tail``, the shipped Recognizer and its shortened encoder window. ``reply``: a GGUF chat
+model answering what ``bench/results/basic_cpu.json`` records the cascade heard (``--heard
+truth``: the questions' own words, the ceiling without mishearing), greedy, through llama.cpp
+(``xllamacpp``, a prebuilt wheel; not a project dependency: ``pip install
+xllamacpp==2026.10.11549`` to screen), one thread; a right answer contains one of the
+question's words (``Question.correct``). CPU seconds are the process's, which a busy machine
+inflates less than wall time. Each run appends one record (with its command, date and the
+machine's load) to ``--out``.
 """
 
 from __future__ import annotations
@@ -139,29 +143,54 @@ def reframed(cut: np.ndarray, pad_s: float | None) -> np.ndarray:
     return np.concatenate([now, cut[was : cut.size - was], now])
 
 
-def hear(segments: Path, decoding: str, pad_s: float | None) -> dict[str, Any]:
-    """Whisper base with ``decoding`` on the saved cuts (each framed by ``pad_s`` of silence,
-    None: as the cascade framed it): WER per split, CPU s per question."""
+def _stock(decoding: str) -> Any:
+    """faster-whisper's own ``transcribe`` of Whisper base with ``decoding``: audio → words."""
     from faster_whisper import WhisperModel
 
     from adapters.basic.hearing import model_files
 
-    cuts = {key: reframed(audio, pad_s) for key, audio in np.load(segments).items()}
     model = WhisperModel(
         "whisper-base", device="cpu", compute_type="int8", cpu_threads=2, files=model_files()
     )
-    heard, cpu = [], []
-    for question in QUESTIONS:
-        began = time.process_time()
+
+    def words(audio: np.ndarray) -> str:
         parts, _ = model.transcribe(
-            cuts[f"q{question.index}"],
+            audio,
             language="en",
             condition_on_previous_text=False,
             without_timestamps=True,
             vad_filter=False,
             **DECODINGS[decoding],
         )
-        heard.append(" ".join(part.text.strip() for part in parts).strip())
+        return " ".join(part.text.strip() for part in parts).strip()
+
+    return words
+
+
+def _shipped_hearing(decoding: str, tail_s: float | None) -> Any:
+    """The shipped Recognizer with ``decoding``'s beam and the encoder's window ``tail_s`` (None:
+    the whole 30 s): audio → words. One pass at temperature 0, no initial prompt."""
+    from adapters.basic.hearing import Recognizer
+
+    options = DECODINGS[decoding]
+    if set(options) - {"beam_size", "temperature"} or options.get("temperature") != 0.0:
+        raise SystemExit(f"--tail takes a one-pass decoding without a prompt, not {decoding}")
+    return Recognizer(2, beam=options["beam_size"], tail_s=tail_s).transcribe
+
+
+def hear(
+    segments: Path, decoding: str, pad_s: float | None, tail_s: float | None, shipped: bool
+) -> dict[str, Any]:
+    """Whisper base with ``decoding`` on the saved cuts (each framed by ``pad_s`` of silence,
+    None: as the cascade framed it): WER per split, CPU s per question. ``shipped``: through the
+    shipped Recognizer, whose encoder sees ``tail_s`` of padding after the cut (None: all 30 s);
+    else through faster-whisper's own ``transcribe``."""
+    cuts = {key: reframed(audio, pad_s) for key, audio in np.load(segments).items()}
+    words = _shipped_hearing(decoding, tail_s) if shipped else _stock(decoding)
+    heard, cpu = [], []
+    for question in QUESTIONS:
+        began = time.process_time()
+        heard.append(words(cuts[f"q{question.index}"]))
         cpu.append(time.process_time() - began)
     wer = {
         name: round(
@@ -176,8 +205,10 @@ def hear(segments: Path, decoding: str, pad_s: float | None) -> dict[str, Any]:
     return {
         "what": "hear",
         "recognizer": "Whisper base int8, 2 threads",
+        "path": "the shipped Recognizer" if shipped else "faster-whisper's transcribe",
         "decoding": DECODINGS[decoding] | {"name": decoding},
         "pad_s": pad_s,
+        "tail_s": tail_s if shipped else None,
         "wer": wer,
         "cpu_s_p50": round(float(np.median(cpu)), 2),
         "heard": heard,
@@ -273,6 +304,12 @@ def main() -> None:
         "--pad", type=float, default=None, help="hear: seconds of silence each side (none: as cut)"
     )
     parser.add_argument(
+        "--tail",
+        default=None,
+        help="hear through the shipped Recognizer, its encoder seeing this many seconds of "
+        "padding after the cut ('full': the whole 30-s window); none: faster-whisper's transcribe",
+    )
+    parser.add_argument(
         "--gguf", type=Path, help="reply: the model file (none: the shipped Replier, as loaded)"
     )
     parser.add_argument("--prompt", choices=sorted(PROMPTS), default="shipped")
@@ -285,7 +322,8 @@ def main() -> None:
         cut(args.segments)
         return
     if args.what == "hear":
-        record = hear(args.segments, args.decoding, args.pad)
+        tail = None if args.tail in (None, "full") else float(args.tail)
+        record = hear(args.segments, args.decoding, args.pad, tail, args.tail is not None)
     else:
         record = reply(args.gguf, args.prompt, args.split, args.heard, args.max_tokens)
     record["environment"] = environment(" ".join(sys.argv))

