@@ -434,7 +434,11 @@ def check_exact(
             k = next(i for i, (a, b) in enumerate(zip(mine, got, strict=False)) if a != b)
             first_bad.append(f"session {sid} period {k}")
     eager_equal, eager_checked = 0, 0
-    for sid in list(last)[: args.eager_check]:
+    # The first session (its lane's first: it probed its classes) and the last ones (later on
+    # their lanes: captured without a probe of their own) against eager alone.
+    ids = list(last)
+    picks = ids[:1] + ids[1:][-(args.eager_check - 1) :] if args.eager_check > 1 else ids[:1]
+    for sid in picks[: args.eager_check]:
         seed, _ = sessions[sid]
         payloads, got = last[sid]
         periods = min(args.eager_periods, len(payloads))
@@ -453,6 +457,7 @@ def check_exact(
         "sessions": len(last),
         "alone_equal": alone_equal,
         "eager_checked": eager_checked,
+        "eager_sessions": picks[: args.eager_check],
         "eager_equal": eager_equal,
         "eager_periods": args.eager_periods,
         "first_differences": first_bad,
