@@ -4,6 +4,7 @@
     python3 bench/capacity.py OUT --family moshi --levels 4 6 8 10 12 --lanes 4
     python3 bench/capacity.py OUT --family moshi --baseline --levels 2 4   # a process each
     python3 bench/capacity.py OUT --merge PARTS  # PARTS/capacity_*.json -> OUT/capacity_h200.json
+    python3 bench/capacity.py OUT --family moshi --levels 8 10 12 --lanes 6 --tag _lanes6
     python3 bench/capacity.py OUT --family synthetic --tiny   # small, CPU: proves the script
 
 Multiplexed (``engine.multiplex``): the family's weights loaded once, sessions admitted one by
@@ -19,6 +20,11 @@ Exactness at the last level: every session's outputs (each period's speech, and 
 as a digest) equal the same session's run alone (reset, re-seeded, its periods one after the
 other with no other session running), and for ``--eager-check`` sessions the same session alone
 in eager, over the first ``--eager-periods`` periods.
+
+Admission time: each admission's ``open_s`` and its warm-up's ``warmup_s``, with the warm-up's
+work (``steps`` driven, ``eager_warmups``, ``lane_probes``: classes a later session on the lane
+captured without a probe of its own, ``captures``, ``capture_s``); ``admission_s`` summarizes
+the lanes' first sessions apart from the later ones.
 
 Memory: each admission's device bytes (``mem_get_info``) and allocated bytes, with its lane and,
 for Token2Wav, its voice and whether the voice was new (a new voice also makes the voice's
@@ -288,7 +294,11 @@ def multiplexed(
                     "allocated_mib": round((alloc1 - alloc0) / MIB, 1),
                     **{k: info[k] for k in ("voice", "new_voice") if k in info},
                     "warmup_s": info.get("seconds"),
+                    # the warm-up's work: calls driven, eager warm-ups (probes), classes that
+                    # took their lane's probe, captures and their time
+                    **{k: info[k] for k in ("steps", "eager_warmups", "lane_probes") if k in info},
                     "captures": info.get("captures"),
+                    "capture_s": info.get("capture_s"),
                     "capture_mib": round(info.get("capture_bytes", 0) / MIB, 1),
                 }
             )
@@ -356,6 +366,11 @@ def _mean_mib(rows: list[dict[str, Any]]) -> dict[str, float] | None:
     return {"sessions": len(per), "mean": round(float(np.mean(per)), 1), "max": max(per)}
 
 
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [a[key] for a in rows if a.get(key) is not None]
+    return round(float(np.mean(values)), 3) if values else None
+
+
 def _summary(
     arm: Arm,
     lanes: int,
@@ -381,6 +396,11 @@ def _summary(
             [a for a in extra if a.get("new_voice") is False]
         ),
         "per_session_device_mib_new_voice": _mean_mib([a for a in extra if a.get("new_voice")]),
+        "per_session_allocated_mib": _mean_of(extra, "allocated_mib"),
+        "admission_s": {
+            "lane_first": _mean_of([a for a in admissions if a not in extra], "open_s"),
+            "later": _mean_of(extra, "open_s"),
+        },
         "admissions": admissions,
         "levels": levels,
         "max_held": max((lv["sessions"] for lv in levels if lv.get("held")), default=0),
@@ -414,7 +434,11 @@ def check_exact(
             k = next(i for i, (a, b) in enumerate(zip(mine, got, strict=False)) if a != b)
             first_bad.append(f"session {sid} period {k}")
     eager_equal, eager_checked = 0, 0
-    for sid in list(last)[: args.eager_check]:
+    # The first session (its lane's first: it probed its classes) and the last ones (later on
+    # their lanes: captured without a probe of their own) against eager alone.
+    ids = list(last)
+    picks = ids[:1] + ids[1:][-(args.eager_check - 1) :] if args.eager_check > 1 else ids[:1]
+    for sid in picks[: args.eager_check]:
         seed, _ = sessions[sid]
         payloads, got = last[sid]
         periods = min(args.eager_periods, len(payloads))
@@ -433,6 +457,7 @@ def check_exact(
         "sessions": len(last),
         "alone_equal": alone_equal,
         "eager_checked": eager_checked,
+        "eager_sessions": picks[: args.eager_check],
         "eager_equal": eager_equal,
         "eager_periods": args.eager_periods,
         "first_differences": first_bad,
@@ -528,14 +553,16 @@ def _write(out: Path, name: str, result: dict[str, Any]) -> None:
 
 
 def merge(out: Path, parts_dir: Path) -> None:
-    """``parts_dir``'s capacity_*.json (one per family and baseline) into OUT's one file."""
-    parts = {}
+    """``parts_dir``'s capacity_*.json (one per family and baseline) into OUT's one file, over
+    the parts it already holds (so two runs' folders merge one after the other)."""
+    merged = out / "capacity_h200.json"
+    parts = json.loads(merged.read_text()) if merged.exists() else {}
     for f in sorted(parts_dir.glob("capacity_*.json")):
         if f.name != "capacity_h200.json":
             parts[f.stem.removeprefix("capacity_")] = json.loads(f.read_text())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "capacity_h200.json").write_text(json.dumps(parts, indent=2) + "\n")
-    print(f"wrote {out / 'capacity_h200.json'}: {', '.join(parts)}")
+    merged.write_text(json.dumps(parts, indent=2) + "\n")
+    print(f"wrote {merged}: {', '.join(parts)}")
 
 
 def main() -> None:
@@ -555,6 +582,7 @@ def main() -> None:
     parser.add_argument("--merge", metavar="PARTS", type=Path, help="merge PARTS/*.json into OUT")
     parser.add_argument("--voices", type=int, default=0, help="Token2Wav: voices (0: one each)")
     parser.add_argument("--tiny", action="store_true", help="the small config on the CPU")
+    parser.add_argument("--tag", default="", help="suffix of the result's name (another sweep)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--phase", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -575,7 +603,7 @@ def main() -> None:
         n_steps=2 if args.tiny else None,
     )
     if args.baseline and args.child is None:
-        name = f"capacity_{args.family}_baseline.json"
+        name = f"capacity_{args.family}_baseline{args.tag}.json"
         env = {"environment": environment(" ".join(sys.argv))}
         result = env | baseline(args, args.family, lambda r: _write(args.out, name, env | r))
     else:
@@ -584,7 +612,7 @@ def main() -> None:
         if args.child is not None:
             child(args, load, device)
             return
-        name = f"capacity_{args.family}.json"
+        name = f"capacity_{args.family}{args.tag}.json"
         head = {
             "environment": environment(" ".join(sys.argv)),
             "family": args.family,

@@ -12,8 +12,12 @@
 #                               on GPU 1 (its seeds on GPUs 1 and 2 where there are three), each
 #                               loading its own 17 GB; in turn on one GPU. Needs .vendor/minicpmo45
 #                               (bench/kit.sh)
-#   DUPLEXCADENCE_BENCH=capacity  bench/capacity.py for Token2Wav and Moshi, then the
-#                               multiplexer's gpu tests (at most 9 minutes: each part is timed out)
+#   DUPLEXCADENCE_BENCH=capacity-t2w  bench/capacity.py for Token2Wav, 16/32/48 sessions
+#                               (at most 9.5 minutes, ~5.5 expected)
+#   DUPLEXCADENCE_BENCH=capacity-moshi  bench/capacity.py for Moshi (4 and 6 lanes), its
+#                               one-process-per-session baseline, the multiplexer's gpu tests
+#                               (at most 7.5 minutes, ~5 expected)
+#   DUPLEXCADENCE_BENCH=capacity  both, one after the other (two 10-minute calls: run them apart)
 #   DUPLEXCADENCE_BENCH=personaplex   bench/personaplex.py, `converse --family personaplex`, then
 #                               tests/gpu/test_personaplex_gpu.py with the pytest args given
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for the benchmark (e.g. "--profile eager S")
@@ -93,28 +97,43 @@ if [[ "$what" == minicpmo45 ]]; then
     ((gpus < 0)) || tail -n 15 "$out"/gpu_tests*.log
     python3 bench/collect.py "$out" > "$out/gpu_summary.json" || status=1
 fi
-if [[ "$what" == capacity ]]; then
-    # Each part under its own limit, so a slow one never eats the next; results are written
-    # after every level into a scratch folder and merged into OUT/capacity_h200.json, so OUT
-    # gets four files: env.json, capacity_h200.json, capacity.log, multiplex_gpu_tests.log.
-    # Sessions: Token2Wav 16/32/48 on 8 lanes (4 voices), Moshi 4..12 on 4 lanes, then the
-    # one-process-per-session baseline (Moshi, 2 and 4 processes), then the multiplexer's
-    # Token2Wav and lane GPU tests (per-session memory against the declared state).
-    parts=/tmp/capacity-parts
+# Capacity: each part under its own limit, so a slow one never eats the next; results are
+# written after every level into a scratch folder, kept in OUT (capacity_<part>.json) and merged
+# into OUT/capacity_h200.json (`bench/capacity.py bench/results --merge OUT` merges a run's parts
+# over the committed file). Times per part estimated from the 2026-12-02 run (see bench/README).
+parts=/tmp/capacity-parts
+capacity() {  # limit, then bench/capacity.py's arguments
+    local limit=$1; shift
     mkdir -p "$parts"
-    log="$out/capacity.log"
-    timeout 265 python3 bench/capacity.py "$parts" --family synthetic --levels 16 32 48 \
-        --lanes 8 --voices 4 --periods 8 --budget-s 220 2>&1 | grep -v '^rejection' >> "$log" \
-        || status=1
-    timeout 95 python3 bench/capacity.py "$parts" --family moshi --levels 4 6 8 10 12 \
-        --lanes 4 --periods 60 --budget-s 55 2>&1 | grep -v '^rejection' >> "$log" || status=1
-    timeout 65 python3 bench/capacity.py "$parts" --family moshi --baseline --levels 2 4 \
-        --periods 60 2>&1 | grep -v '^rejection' >> "$log" || status=1
-    python3 bench/capacity.py "$out" --merge "$parts" >> "$log" 2>&1
-    timeout 70 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
-        -k "lane or memory" 2>&1 | grep -v '^rejection' > "$out/multiplex_gpu_tests.log"
+    timeout "$limit" python3 bench/capacity.py "$parts" "$@" 2>&1 | grep -v '^rejection\|^capture' \
+        >> "$out/capacity.log" || status=1
+}
+if [[ "$what" == capacity || "$what" == capacity-t2w ]]; then
+    # Token2Wav 16/32/48 on 8 lanes (4 voices): load ~11 s; an admission ~6.5 s for a lane's
+    # first session (8 of them), ~3.5-4.5 s for a later one (its lane's probes taken: 7 calls,
+    # no probe); a level 9 s (8 periods of 1 s); the exact check at 48 ~35 s. ~5.5 minutes.
+    capacity 560 --family synthetic --levels 16 32 48 --lanes 8 --voices 4 --periods 8 \
+        --budget-s 430
+fi
+if [[ "$what" == capacity || "$what" == capacity-moshi ]]; then
+    # Moshi 4..12 on 4 lanes (~95 s: the first admission 18 s, then ~1 s each, a level 5 s),
+    # then 8/10/12 on 6 lanes (10 on 4 lanes: 3 sessions a lane at ~28 ms > 80 ms), the
+    # one-process-per-session baseline (2 and 4 processes), the multiplexer's GPU tests.
+    capacity 100 --family moshi --levels 4 6 8 10 12 --lanes 4 --periods 60 --budget-s 55
+    capacity 100 --family moshi --levels 8 10 12 --lanes 6 --periods 60 --budget-s 55 \
+        --tag _lanes6
+    capacity 70 --family moshi --baseline --levels 2 4 --periods 60
+    # Token2Wav on two lanes (its third session captured with its lane's probes) against eager
+    # alone, the lane's stream, per-session memory; Moshi's (~2 minutes) is in DUPLEXCADENCE_BENCH=tests.
+    timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
+        -k "(lane or memory) and not moshi" 2>&1 | grep -v '^rejection\|^capture' > "$out/multiplex_gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
-    tail -n 40 "$log"; tail -n 8 "$out/multiplex_gpu_tests.log"
+fi
+if [[ "$what" == capacity* ]]; then
+    cp "$parts"/capacity_*.json "$out"/ 2>/dev/null
+    python3 bench/capacity.py "$out" --merge "$parts" >> "$out/capacity.log" 2>&1
+    tail -n 40 "$out/capacity.log"
+    [[ -f "$out/multiplex_gpu_tests.log" ]] && tail -n 8 "$out/multiplex_gpu_tests.log"
 fi
 if [[ "$what" == personaplex ]]; then
     python3 bench/personaplex.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 \

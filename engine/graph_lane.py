@@ -26,6 +26,15 @@ graph captured into it lives (the allocator counts them); its free blocks stay w
 the next session's captures. When no graph is left, the next capture opens a fresh pool (a
 capture into a released pool trips an allocator assertion).
 
+And **what the lane's stream already ran**: the effect classification of every (operator,
+signature) class a session's probationary call classified on the lane. A later session's
+operator registered with ``lane_probe=True`` (its code is the same function of the shared
+weights under the same name, and its first call makes nothing lazily: every tensor it writes
+exists before it) takes that classification instead of running its own probe: the probe's
+eager call would classify the same code on the same shapes again, and warm kernels, cuBLAS
+handles and workspaces this stream already holds. Such a class goes straight to capture; its
+outputs are the graph's first replay, as for any capture, so exactness is unchanged.
+
 The multiplexer opens each session inside :func:`on_lane`; a replay engine made there (by any
 adapter) takes the lane's resources. Nothing here knows a model family.
 """
@@ -59,6 +68,17 @@ class GraphLane:
         self._handle: Any = None
         self._engines: weakref.WeakSet[Any] = weakref.WeakSet()
         self._staged: weakref.WeakValueDictionary[Hashable, Tensor] = weakref.WeakValueDictionary()
+        self._probed: dict[Hashable, tuple[tuple[str, ...], bool]] = {}
+
+    def probed(self, key: Hashable) -> tuple[tuple[str, ...], bool] | None:
+        """What the probationary call of class ``key`` (operator name, signature) found on this
+        lane: (host generators it drew from, whether it drew device randomness); None: not
+        probed here yet."""
+        return self._probed.get(key)
+
+    def record_probe(self, key: Hashable, host: tuple[str, ...], device: bool) -> None:
+        """Keep what a probationary call of class ``key`` found, for the lane's later sessions."""
+        self._probed[key] = (host, device)
 
     def staging(self, key: Hashable, like: Tensor) -> Tensor:
         """The static input buffer of ``key`` (operator, signature, leaf) on this lane, shaped

@@ -28,20 +28,18 @@ Why per-session bindings on shared lane resources, and not the paper's other way
 bindings per lane, each session's state copied in and out around its period), by arithmetic
 (full sizes, H200; ``docs/scaling.md`` has the measured table):
 
-- *Token2Wav* (593 MiB declared: the carry at A = 458 frames is 572.5 MiB). The first H200 run
-  measured 2,682 MiB a session (2,376 allocated). Allocated: the carry 572.5, its reset base
-  (the prompt-only state, n_steps x P = 302 frames) 377.5, a stock state no state-rule session
-  reads (its prompt state and live state, 16 slots x P: 2 x 604), conformer caches ~36, the
-  graphs' staged inputs and static outputs ~160; reserved beyond that ~300: each session's own
-  capture stream's cached warm-up blocks and its own pool's workspace. Now a session keeps no
-  stock state, a voice's prompt-only state is made once and shared by its sessions, and the
-  stream, pool and staging are the lane's: a further session of a known voice holds its carry,
-  conv region and conformer state (~593) plus its graphs' static outputs (~17 MiB of conformer
-  cache per flow class, ~5 classes): ~680 MiB expected. One binding per lane would save those
-  ~90 MiB, and the copies are cheap (2 x 572.5 MiB per 1-s period, ~0.4 ms), but a binding
-  bakes in one voice (its prompt length is in every signature, its x-vector is read by the
-  replayed operators) and one generator state (the vocoder draws in every graph), so each
-  period would also have to transplant the session's Philox seed and offset around the replay.
+- *Token2Wav* (593 MiB declared: the carry at A = 458 frames is 572.5 MiB). Measured on the
+  H200 (2026-12-02): a later session of a known voice takes 816 MiB, 651 allocated: the carry
+  and conv region (575), its graphs' static outputs (~76: each flow class keeps the conformer
+  caches it returns), and outside the allocator its graphs' executables (~165). The stock
+  state, a prompt-only state per session and a pool and stream per session are gone (a voice's
+  prompt-only state is shared by its sessions; stream, pool and staging are the lane's). One
+  binding per lane would save those ~240 MiB and every capture of a later admission, and the
+  copies are cheap (2 x 575 MiB per 1-s period, ~0.6 ms); but a binding bakes in one voice
+  (its prompt length is in every signature, its x-vector is read by the replayed operators)
+  and one generator state (the vocoder draws in every graph), so each period would also have
+  to transplant the session's Philox seed and offset around the replay. That is the plan
+  (``docs/scaling.md``), not built yet.
 - *Moshi* (1,500 MiB declared rings). Measured 1,740 a session, 1,564 allocated: 64 beyond the
   rings, the rest its own pool and stream caches, now the lane's. One binding per lane would
   copy 2 x 1.5 GiB of rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a

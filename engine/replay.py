@@ -18,7 +18,10 @@ class for good, device randomness is admitted and flagged), then one capture who
 from the graph's first replay, then replays. A drift drops the graph (event ``invalidation``)
 and the class warms up again; after ``max_recaptures`` drifts it is rejected
 (``unstable_address``). A failed capture, out-of-memory included, leaves the class eager
-(event ``fallback``) with the stream, allocator pool and device generator restored.
+(event ``fallback``) with the stream, allocator pool and device generator restored. On a
+multiplexer lane, an operator registered with ``lane_probe=True`` skips the eager calls of a
+class another session's engine already probed on the lane: it takes the lane's classification
+(``GraphLane.probed``; counted as ``lane_probes``) and goes straight to capture.
 
 Constraints on a replayed callable (``fn``):
 
@@ -107,10 +110,12 @@ class ReplayOp:
         write_through: Callable[[], Sequence[Tensor]] | None,
         copy_out: bool,
         extra_key: Callable[[], Hashable] | None,
+        lane_probe: bool = False,
     ) -> None:
         self.replay, self.name, self.fn, self.catalog = replay, name, fn, catalog
         self.aliased = resolve_slots(fn, aliased)
         self.write_through, self.copy_out, self.extra_key = write_through, copy_out, extra_key
+        self.lane_probe = lane_probe
         self.counters = OpCounters()
         self.last_decision = ""
 
@@ -150,6 +155,8 @@ class ReplayEngine:
             (:mod:`engine.graph_lane`); by default the one the session is being opened on
             (``on_lane``), else none: the engine's own stream and pool. Without CUDA only its
             staging buffers are shared.
+        lane_probe: the default of ``register``'s ``lane_probe`` for this engine's operators
+            (a family whose operators all qualify says so once).
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class ReplayEngine:
         max_events: int = 10_000,
         eager_guard: Callable[[], AbstractContextManager[None]] | None = None,
         lane: GraphLane | None = None,
+        lane_probe: bool = False,
     ) -> None:
         if warmup_calls < 1:
             raise ValueError(
@@ -192,6 +200,7 @@ class ReplayEngine:
         else:
             self._stream = torch.cuda.Stream(device=self.device) if self.cuda else None  # type: ignore[no-untyped-call]
         self._pool_handle: Any = None
+        self.lane_probe = lane_probe
 
     # -- public API -------------------------------------------------------------------------
 
@@ -214,6 +223,7 @@ class ReplayEngine:
         write_through: Callable[[], Sequence[Tensor]] | None = None,
         copy_out: bool = True,
         extra_key: Callable[[], Hashable] | None = None,
+        lane_probe: bool | None = None,
     ) -> ReplayOp:
         """Register ``fn`` under a unique ``name``; see the module docstring for its constraints.
 
@@ -221,6 +231,10 @@ class ReplayEngine:
         explicitly). ``aliased``: argument positions/names of contract-owned inputs the graph
         reads in place. ``write_through``: returns the tensors ``fn`` writes by closure.
         ``extra_key``: folded into every signature (e.g. the pinned SDPA backend).
+        ``lane_probe``: on a multiplexer lane, a class another session already probed there
+        needs no eager warm-up here (see :mod:`engine.graph_lane`): ``fn`` is the same code
+        under this name in every session of the lane, and its first call makes nothing lazily
+        (None: the engine's ``lane_probe``).
         """
         if not isinstance(catalog, Catalog):
             raise TypeError(
@@ -244,6 +258,7 @@ class ReplayEngine:
             write_through=write_through,
             copy_out=copy_out,
             extra_key=extra_key,
+            lane_probe=self.lane_probe if lane_probe is None else lane_probe,
         )
         self._ops[name] = op
         return op
@@ -323,7 +338,24 @@ class ReplayEngine:
         foreign = [str(t.device) for t in leaves if t.device != self.device]
         if foreign:
             self._reject(op, cls, "foreign_device", f"{sig}: inputs on {sorted(set(foreign))}")
+        elif op.lane_probe and self.lane is not None:
+            self._take_lane_probe(op, cls)
         return cls
+
+    def _take_lane_probe(self, op: ReplayOp, cls: SignatureClass) -> None:
+        """The lane's classification of this class, if another session probed it there: the
+        class is then warm (its next call captures) without an eager call of its own."""
+        assert self.lane is not None
+        known = self.lane.probed((op.name, cls.sig))
+        if known is None:
+            return
+        host, device = known
+        cls.probed, cls.warm = True, self.warmup_calls
+        op.counters.lane_probes += 1
+        if host:
+            self._reject(op, cls, "host_randomness", f"{cls.sig}: drew from {host} (lane probe)")
+        elif device:
+            cls.device_random = True
 
     def _eager(self, op: ReplayOp, reason: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         op.counters.miss(reason)
@@ -359,6 +391,8 @@ class ReplayEngine:
                 self.device if self.cuda else None, self._on_side_stream, op.fn, args, kw
             )
             cls.probed = True
+            if self.lane is not None:
+                self.lane.record_probe((op.name, cls.sig), effects.host, effects.device)
             if effects.host:
                 self._reject(op, cls, "host_randomness", f"{cls.sig}: drew from {effects.host}")
             elif effects.device:

@@ -59,7 +59,9 @@ class OpCounters:
     """One operator's counters since the last ``reset_counters()``.
 
     ``captures`` counts every capture (re-captures after a drift included); ``fallbacks``
-    counts failed captures; ``open_admissions`` classes admitted only by an open catalog.
+    counts failed captures; ``open_admissions`` classes admitted only by an open catalog;
+    ``lane_probes`` classes that took their lane's effect classification instead of an eager
+    probe of their own (``engine.graph_lane``).
     """
 
     hits: int = 0
@@ -69,6 +71,7 @@ class OpCounters:
     rejections: int = 0
     fallbacks: int = 0
     open_admissions: int = 0
+    lane_probes: int = 0
     capture_s: float = 0.0
     capture_bytes: int = 0
 

@@ -122,6 +122,41 @@ def test_admission_from_measured_utilization() -> None:
         mux.admit(_echo, seed=2, period_s=1.0, cost_s=0.6)
 
 
+def test_a_lane_probes_a_class_once() -> None:
+    """A class probed by one session's engine on a lane is captured at its first sight by a
+    later session's engine there (``lane_probe``): no eager call of its own, the same output;
+    a class whose probe drew host randomness is rejected from the lane's record (its call runs
+    eagerly, as every rejected class's does); another lane, and an operator not marked, probe
+    for themselves."""
+    from engine.graph_lane import GraphLane, on_lane
+    from engine.replay import ReplayEngine
+    from engine.signature import Catalog
+
+    lanes = [GraphLane(CPU, 0), GraphLane(CPU, 1)]
+
+    def ops(lane: GraphLane, marked: bool = True) -> tuple[Any, Any]:
+        with on_lane(lane):
+            replay = ReplayEngine(CPU, lane_probe=marked)
+        double = replay.register("d", lambda x: x * 2, catalog=Catalog.any())
+        noisy = replay.register("n", lambda x: x + torch.rand(()), catalog=Catalog.any())
+        return double, noisy
+
+    x = torch.arange(6.0).reshape(2, 3) + 1
+    d1, n1 = ops(lanes[0])
+    assert [torch.equal(d1(x), x * 2) for _ in range(3)] == [True] * 3
+    assert [d1.last_decision, d1.counters.misses] == ["replay", {"warmup": 1}]
+    n1(x)
+    d2, n2 = ops(lanes[0])
+    assert torch.equal(d2(x), x * 2) and d2.last_decision == "capture"
+    assert d2.counters.misses == {} and d2.counters.lane_probes == 1
+    n2(x)
+    assert n2.last_decision == "eager:host_randomness" and n2.counters.rejections == 1
+    d3, _ = ops(lanes[1])  # another lane's stream has not run the class
+    d4, _ = ops(lanes[0], marked=False)
+    d3(x), d4(x)
+    assert d3.counters.misses == d4.counters.misses == {"warmup": 1}
+
+
 # -- Token2Wav ----------------------------------------------------------------------------------
 
 T2W_REQUEST = ModelRequest(device="cpu", model_size="small", arm=Arm.SRC, seed=0, n_steps=2)
@@ -223,6 +258,37 @@ def token2wav_sessions_equal_alone(request: ModelRequest, lanes: int) -> None:
         for k, (a, b) in enumerate(zip(alone[seed], got, strict=True)):
             assert (a is None) == (b is None), (seed, k)
             assert a is None or torch.equal(a, b), f"session {seed} call {k} differs"
+    mux.shutdown()
+
+
+def test_token2wav_admission_work_on_a_lane() -> None:
+    """The work one Token2Wav admission does (its warm-up), counted: the first session on a
+    lane (before lane probes: every session) probes each class with an eager call and drives
+    its turns twice (14 calls: 5 flow
+    probes, 5 flow captures; the vocoder's classes draw host randomness on the CPU, so they run
+    eagerly); a later session on the lane takes the lane's probes (8 classes) and drives each
+    turn once (7 calls, no probe), capturing the same classes; every catalog class it captured
+    before traffic is captured still. Equality with eager alone is
+    ``test_token2wav_sessions_equal_each_alone_in_eager`` (three sessions on one lane)."""
+    source = family("synthetic").load_sessions(T2W_REQUEST, _quiet)
+    mux = Multiplexer(CPU, Capacity(lanes=2))
+    warmups, captured = [], []
+    for seed in (21, 22, 23):  # lanes 0, 1, 0
+
+        def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], None]:
+            speech, warmup = source.open_speech(seed, Arm.SRC, rng.eager, voice=21)
+            warmups.append(warmup)
+            captured.append(sorted(map(str, speech.replay._ops["flow_chunk[carry]"].captured())))
+            return _speech_stepper(speech.speech), None
+
+        mux.admit(opener, seed=seed, period_s=source.period_s)
+    work = [
+        {k: w[k] for k in ("steps", "eager_warmups", "lane_probes", "captures")} for w in warmups
+    ]
+    first = {"steps": 14, "eager_warmups": 5, "lane_probes": 0, "captures": 5}
+    assert work == [first, first, {"steps": 7, "eager_warmups": 0, "lane_probes": 8, "captures": 5}]
+    assert [w["eager_calls"] for w in warmups] == [19, 19, 7]  # 14 / 14 / 7 of them the vocoder's
+    assert captured[2] == captured[0] and len(captured[0]) == 5
     mux.shutdown()
 
 

@@ -111,7 +111,10 @@ class Token2WavSessions:
         request = self.request
         binding = self.binding(voice.frames)
         check_agrees(self.flow, self.hift, binding, self.face.declaration)
-        replay = ReplayEngine(request.device, eager_guard=eager_guard)
+        # Every operator of the stream (flow chunk and step, vocoder) writes only tensors made
+        # with the stream and is the same code over the shared weights in every session: on a
+        # multiplexer lane, a class another session probed there captures at its first sight.
+        replay = ReplayEngine(request.device, eager_guard=eager_guard, lane_probe=True)
         flow_stream = FlowStream(
             self.flow, voice.tokens, voice.mel, voice.spk,
             binding=binding, arm=arm, replay=replay,

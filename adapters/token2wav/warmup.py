@@ -56,18 +56,21 @@ def warm_up(
 ) -> dict[str, Any]:
     """Warm and capture the classes of a conversation's common calls, then seal the engine.
 
-    Two turn shapes, each twice (first sight warms, the second captures): one with
-    ``steady_to_bound`` steady windows, enough that the attended extent reaches its bound
-    (prompt + retained frames), one interrupted
-    right after its flush. So flushes, steady windows at every extent and barge-in last calls
-    replay from the first period; the rarer natural-end last calls (their size follows the
-    answer's length) run eagerly, counted as ``sealed`` misses, instead of paying a capture
-    mid-conversation.
+    Two turn shapes: one with ``steady_to_bound`` steady windows, enough that the attended
+    extent reaches its bound (prompt + retained frames), one interrupted right after its flush.
+    So flushes, steady windows at every extent and barge-in last calls replay from the first
+    period; the rarer natural-end last calls (their size follows the answer's length) run
+    eagerly, counted as ``sealed`` misses, instead of paying a capture mid-conversation.
+
+    The two turns are one round, run twice (first sight warms, the second captures) — or once
+    where the session's multiplexer lane already probed every class (a later session on the
+    lane: each class captures at its first sight, :mod:`engine.graph_lane`); a second round
+    would then only replay.
     """
     calls = [
         call
         for steady in (steady_to_bound, 0)
-        for call in warmup_turn(windower, steady, seed, device, vocab) * 2
+        for call in warmup_turn(windower, steady, seed, device, vocab)
     ]
 
     def push(call: Call) -> Callable[[], None]:
@@ -80,5 +83,8 @@ def warm_up(
 
     with torch.no_grad():
         steps = [push(call) for call in calls]
-        done = warm_and_seal(replay, steps, report=report, device=device, seal=stream.arm.replay)
-    return {"arm": str(stream.arm), "calls": len(calls), **done}
+        done = warm_and_seal(
+            replay, steps, report=report, device=device, seal=stream.arm.replay,
+            rounds=replay.warmup_calls + 1,
+        )  # fmt: skip
+    return {"arm": str(stream.arm), "calls": done["steps"], **done}

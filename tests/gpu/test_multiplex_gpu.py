@@ -51,10 +51,13 @@ def test_an_engine_on_a_lane_shares_its_stream_and_copies_out() -> None:
 
 
 def test_token2wav_session_memory_against_its_declared_state() -> None:
-    """Three sessions of one voice on one lane: the third admission takes no more device memory
-    than the session's declared state plus its own graphs' static outputs (the conformer caches
-    each flow class returns) and the allocator's rounding; no stock state, no second prompt
-    state, no second pool or stream cache."""
+    """Three sessions of one voice on one lane: the third admission allocates no more than the
+    session's declared state plus its own graphs' static outputs (the conformer caches each
+    flow class returns) and the allocator's rounding; no stock state, no second prompt state,
+    no second pool or stream cache. What it takes outside the allocator (its graphs'
+    executables: the device-memory drop beyond what the allocator reserved) is recorded, not
+    bounded: per-session bindings keep it, one set of bindings per lane would not
+    (docs/scaling.md)."""
     import torch
 
     from adapters.registry import family
@@ -71,13 +74,16 @@ def test_token2wav_session_memory_against_its_declared_state() -> None:
         engines.append(speech.replay)
         return speech.speech.push, None
 
-    used = []
+    used, allocated, reserved = [], [], []
     for _ in range(3):
         torch.cuda.synchronize()
         before = torch.cuda.mem_get_info()[0]
+        alloc0, res0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         mux.admit(opener, seed=1000 + len(engines), period_s=source.period_s)
         torch.cuda.synchronize()
         used.append(before - torch.cuda.mem_get_info()[0])
+        allocated.append(torch.cuda.memory_allocated() - alloc0)
+        reserved.append(torch.cuda.memory_reserved() - res0)
     declared = source.state_bytes(Arm.SRC)
     outputs = sum(
         t.untyped_storage().nbytes()
@@ -88,11 +94,16 @@ def test_token2wav_session_memory_against_its_declared_state() -> None:
     record(
         "multiplex_session_memory",
         admission_mib=[round(u / 2**20, 1) for u in used],
+        allocated_mib=[round(a / 2**20, 1) for a in allocated],
+        reserved_mib=[round(r / 2**20, 1) for r in reserved],
+        outside_allocator_mib=[
+            round((u - r) / 2**20, 1) for u, r in zip(used, reserved, strict=True)
+        ],
         declared_mib=round(declared / 2**20, 1),
         static_outputs_mib=round(outputs / 2**20, 1),
         pool=mux.graph_lanes[0].pool_bytes(),
     )
-    assert used[2] <= declared + outputs + (64 << 20), (used, declared, outputs)
+    assert allocated[2] <= declared + outputs + (16 << 20), (allocated, declared, outputs)
     mux.shutdown()
 
 
