@@ -146,7 +146,13 @@ def their_lm(pp: types.ModuleType, models: MoshiModels, size: MoshiSize) -> Any:
     kwargs = {**base, **ours}
     param = next(models.lm.parameters())
     lm = pp.models.lm.LMModel(device=param.device, dtype=param.dtype, **kwargs)
+    # as its loader does: some of its layers are made without the device and dtype given
+    lm = lm.to(device=param.device, dtype=param.dtype)
     lm.load_state_dict(_their_weights(lm.state_dict(), models.lm.state_dict()), strict=True)
+    if stray := {(str(t.device), t.dtype) for t in lm.state_dict().values()} - {
+        (str(param.device), param.dtype)
+    }:
+        raise RuntimeError(f"PersonaPlex's LMModel holds weights as {sorted(map(str, stray))}")
     return lm.eval()
 
 
