@@ -77,7 +77,8 @@ def load_code(code: Path = CODE) -> types.ModuleType:
         return sys.modules[PACKAGE]
     if not (code / "models" / "lm.py").is_file():
         raise VendorCodeMissing(
-            f"PersonaPlex's code is not in {code}: run bench/kit.sh (it fetches NVIDIA/personaplex)"
+            f"PersonaPlex's code is not in {code}: run `bench/kit.sh . personaplex` (it puts "
+            "NVIDIA/personaplex's package in .vendor/personaplex)"
         )
     if importlib.util.find_spec("sphn") is None:
         sys.modules["sphn"] = _no_sphn()
@@ -418,4 +419,7 @@ def _write(file: Path, report: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except VendorCodeMissing as error:
+        raise SystemExit(f"personaplex_vendor: {error}") from None
