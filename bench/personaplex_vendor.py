@@ -18,8 +18,9 @@ declaration pins it (math on the CPU). Then:
 - ours: our eager stream (the prompt phase at its reset, then ``--frames`` frames);
 - theirs: its ``LMGen`` loop as its server runs it (warm-up frames, ``reset_streaming``,
   ``step_system_prompts``, then per frame Mimi's encode, ``LMGen.step``, Mimi's decode), its
-  graphs off (its ``no_cuda_graph``; on the CPU its compile off too) and, on CUDA, on; Mimi is
-  its own (``--mimi theirs``, our weights) or ours (``--mimi ours``).
+  graphs on (CUDA) and off (its ``no_cuda_graph``; on the CPU its compile off too), in the order
+  ``--runs`` names them: ``graphs`` and ``eager`` with its own Mimi (our weights),
+  ``graphs-our-mimi`` and ``eager-our-mimi`` with ours (a difference in its Mimi told apart).
 
 The JSON: per run the frames compared, the exact frames (tokens and speech, bit for bit), the
 first difference (frame, which output: ``text``, ``audio codebook k`` or ``speech``), frame time
@@ -63,6 +64,7 @@ from bench.moshi import (
 from engine.arms import Arm
 from engine.replay import ReplayEngine
 
+RUNS = ["graphs", "eager", "graphs-our-mimi", "eager-our-mimi"]
 PACKAGE = "personaplex_moshi"  # PersonaPlex's `moshi`, under a name that clashes with nothing
 CODE = Path(__file__).resolve().parent.parent / ".vendor" / "personaplex" / "moshi"
 
@@ -325,8 +327,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--voice", choices=["recording", "stored"], default="recording")
     p.add_argument("--voice-frames", type=int, default=25, help="the seeded voice (25: 2 s)")
     p.add_argument("--role", default="assistant", help="a preset's name or free text")
-    p.add_argument("--mimi", choices=["theirs", "ours"], default="theirs")
-    p.add_argument("--runs", nargs="+", choices=["graphs", "eager"], default=["graphs", "eager"])
+    p.add_argument(
+        "--runs", nargs="+", choices=RUNS, default=["graphs", "eager"],
+        help="their loop's runs, in order (default: graphs eager)",
+    )  # fmt: skip
     p.add_argument("--warm", type=int, default=4, help="their warm-up frames before the reset")
     p.add_argument("--code", type=Path, default=CODE, help="PersonaPlex's moshi package folder")
     return p
@@ -345,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         size, None, device, args.seed, lm_kwargs=lm_kwargs(size, loaders._lm_kwargs)
     )
     lm = their_lm(pp, models, size)
-    mimi = their_mimi(pp, models, size) if args.mimi == "theirs" else models.mimi
+    mimis = {"theirs": their_mimi(pp, models, size), "ours": models.mimi}
     sync(device)
     build_s = time.perf_counter() - t0
     spf = point["samples_per_frame"]
@@ -363,7 +367,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "vendor": _vendor_commit(args.code),
         "package": PACKAGE,
         "sdpa": sdpa,
-        "mimi": args.mimi,
         "build_s": round(build_s, 1),
         "prompt": {
             "voice": args.voice,
@@ -382,26 +385,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     their_seed = args.seed if args.their_seed is None else args.their_seed
     report["their_seed"] = their_seed
     for run in args.runs:
-        graphs = run == "graphs"
+        key = "theirs_" + run.replace("-", "_")
+        graphs, mimi = run.startswith("graphs"), "ours" if run.endswith("our-mimi") else "theirs"
         if graphs and device.type != "cuda":
-            report["runs"]["theirs_graphs"] = {"not_run": "its CUDAGraphed is CUDA only"}
+            report["runs"][key] = {"not_run": "its CUDAGraphed is CUDA only"}
+            _write(args.out / name, report)
             continue
         n = args.frames if graphs else (args.their_eager_frames or args.frames)
         try:
             outs, timing = theirs(
-                pp, lm, mimi, prompt, sdpa, frames[:n], seed=their_seed, graphs=graphs,
+                pp, lm, mimis[mimi], prompt, sdpa, frames[:n], seed=their_seed, graphs=graphs,
                 warm=args.warm,
             )  # fmt: skip
         except Exception as error:  # their graphs on a torch they were not written for: recorded
             if not graphs:
                 raise
-            report["runs"]["theirs_graphs"] = {"error": f"{type(error).__name__}: {error}"[:400]}
-            print(f"theirs_graphs failed: {error!r}", file=sys.stderr)
+            report["runs"][key] = {"mimi": mimi, "error": f"{type(error).__name__}: {error}"[:400]}
+            print(f"{key} failed: {error!r}", file=sys.stderr)
             _write(args.out / name, report)
             continue
-        result = {**first_difference(outs, reference[:n]), **timing}
-        report["runs"][f"theirs_{run}"] = result
-        print(f"theirs_{run}: {result}", file=sys.stderr)
+        result = {"mimi": mimi, **first_difference(outs, reference[:n]), **timing}
+        report["runs"][key] = result
+        print(f"{key}: {result}", file=sys.stderr)
         _write(args.out / name, report)
     return report
 
