@@ -132,9 +132,8 @@ def _their_weights(theirs: dict[str, Any], ours: dict[str, torch.Tensor]) -> dic
         if name not in mapped:
             raise KeyError(f"PersonaPlex's {name} has no counterpart in our model")
     if unused := sorted(set(ours) - used):
-        raise KeyError(
-            f"our {unused[0]} (and {len(unused) - 1} more) has no place in PersonaPlex's"
-        )
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        raise KeyError(f"our {unused[0]}{more} has no place in PersonaPlex's model")
     return mapped
 
 
