@@ -2,7 +2,7 @@
 # The H200 kit: what the GPU machine (Python 3.12, torch preinstalled, no network) needs beside the
 # repository, in two ignored folders of ROOT (default: this checkout), rebuilt from nothing:
 #
-#   bench/kit.sh [ROOT]
+#   bench/kit.sh [ROOT] [personaplex]     (personaplex: only ROOT/.vendor/personaplex, anew)
 #
 #   ROOT/.whl/                  wheels for Python 3.12 of every package the `gpu` tests and the
 #                               benchmarks import that the machine lacks (one site: run_gpu.sh
@@ -11,9 +11,13 @@
 #                               MiniCPMO45/ at $DEMO_COMMIT) with the `as_duplex` shim appended
 #                               (`librosa` and `flag_gems`, imported by the code but never used
 #                               on the duplex path, are stood in by bench/minicpmo45.py)
+#   ROOT/.vendor/personaplex/   NVIDIA/personaplex's python package (moshi/moshi/ at $PP_COMMIT,
+#                               as ROOT/.vendor/personaplex/moshi, with its licences and COMMIT):
+#                               bench/personaplex_vendor.py loads it under another name
 #
 # Needs pip (PyPI) and the demo repository: a git directory in $DEMO_GIT (default: the mirror the
-# `fetch` tool makes, /work/.mirror/OpenBMB+MiniCPM-o-Demo/repo) or network to clone it.
+# `fetch` tool makes, /work/.mirror/OpenBMB+MiniCPM-o-Demo/repo) or network to clone it; the same
+# for PersonaPlex ($PP_GIT, default /work/.mirror/NVIDIA+personaplex/repo).
 # Hand both folders to the device tool's `carry` (".whl", ".vendor"); together ~40 MiB.
 #
 # One huggingface_hub for everything: 0.36.2, inside both pins (moshi: <1.0,>=0.24; transformers
@@ -25,8 +29,27 @@ root="$(cd "${1:-$(dirname "$0")/..}" && pwd)"
 py="${PYTHON:-python3}"
 DEMO_COMMIT="${DEMO_COMMIT:-28b60cfb2a4d7156d045121e9ca2d31cd33f5d5d}"
 DEMO_GIT="${DEMO_GIT:-/work/.mirror/OpenBMB+MiniCPM-o-Demo/repo}"
+PP_COMMIT="${PP_COMMIT:-3428dfd95309a7f3c84fd93259ded0f810d1ff91}"
+PP_GIT="${PP_GIT:-/work/.mirror/NVIDIA+personaplex/repo}"
 whl="$root/.whl"
 vendor="$root/.vendor/minicpmo45"
+pp="$root/.vendor/personaplex"
+
+# PersonaPlex's own code (MIT), never committed: its package imports itself as `moshi`, so it is
+# kept apart from the PyPI `moshi` and loaded under another name (bench/personaplex_vendor.py).
+personaplex() {
+    rm -rf "$pp" && mkdir -p "$pp"
+    if [[ ! -d "$PP_GIT" ]]; then
+        PP_GIT="$(mktemp -d)/personaplex.git"
+        git clone -q --bare https://github.com/NVIDIA/personaplex "$PP_GIT"
+    fi
+    git --git-dir="$PP_GIT" archive "$PP_COMMIT" moshi/moshi moshi/LICENSE.moshi \
+        moshi/LICENSE.audiocraft | tar -x -C "$pp" --strip-components=1
+    echo "$PP_COMMIT" > "$pp/COMMIT"
+}
+if [[ "${2:-}" == personaplex ]]; then  # this part alone: the rest of the kit is kept
+    personaplex && du -sh "$pp" && exit 0
+fi
 
 rm -rf "$whl" && mkdir -p "$whl"
 download() {
@@ -103,4 +126,6 @@ MiniCPMODuplex.from_existing_model = classmethod(_duplex_from_existing_model)
 MiniCPMO.as_duplex = _as_duplex
 SHIM
 echo "$DEMO_COMMIT" > "$vendor/DEMO_COMMIT"
+
+personaplex
 du -sh "$root/.vendor"

@@ -254,25 +254,32 @@ def timeline(
 
 
 @contextmanager
-def pinned_forward_text(lm: Any, sdpa: str) -> Iterator[None]:
-    """The vendor's temporal step with ``sdpa`` pinned, as ours pins it (instance attribute)."""
+def pinned_forward_text(
+    lm: Any, sdpa: str, methods: tuple[str, ...] = ("forward_text",)
+) -> Iterator[None]:
+    """The vendor's temporal step (``methods`` of ``lm``) with ``sdpa`` pinned, as ours pins it
+    (instance attributes, removed on exit)."""
     if sdpa == "default":
         yield
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[sdpa]
-    forward_text = lm.forward_text
 
-    def pinned(*args: Any) -> Any:
-        with sdpa_kernel([backend]):
-            return forward_text(*args)
+    def pin(method: Callable[..., Any]) -> Callable[..., Any]:
+        def pinned(*args: Any) -> Any:
+            with sdpa_kernel([backend]):
+                return method(*args)
 
-    lm.forward_text = pinned
+        return pinned
+
+    for name in methods:
+        setattr(lm, name, pin(getattr(lm, name)))
     try:
         yield
     finally:
-        del lm.forward_text
+        for name in methods:
+            delattr(lm, name)
 
 
 def vendor(

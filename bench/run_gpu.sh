@@ -20,6 +20,11 @@
 #   DUPLEXCADENCE_BENCH=capacity  both, one after the other (two 10-minute calls: run them apart)
 #   DUPLEXCADENCE_BENCH=personaplex   bench/personaplex.py, `converse --family personaplex`, then
 #                               tests/gpu/test_personaplex_gpu.py with the pytest args given
+#   DUPLEXCADENCE_BENCH=personaplex_vendor  bench/personaplex_vendor.py (our eager against
+#                               NVIDIA/personaplex's own loop; needs .vendor/personaplex from
+#                               bench/kit.sh), then tests/gpu/test_personaplex_gpu.py with the
+#                               pytest args given; each part timed out (DUPLEXCADENCE_PP_VENDOR_S,
+#                               default 300; DUPLEXCADENCE_PP_TESTS_S, default 210)
 #   DUPLEXCADENCE_BENCH_ARGS    extra arguments for the benchmark (e.g. "--profile eager S")
 #
 # Wheels for packages the machine lacks may be placed in .whl/ (see bench/README.md); they are
@@ -146,6 +151,17 @@ if [[ "$what" == personaplex ]]; then
         > "$out/personaplex_converse_summary.json" 2> "$out/personaplex_converse.log" || status=1
     python3 -m pytest -m gpu -p no:cacheprovider -q tests/gpu/test_personaplex_gpu.py \
         --junitxml="$out/gpu_tests.xml" "$@" 2>&1 | tee "$out/gpu_tests.log"
+    ((PIPESTATUS[0] == 0)) || status=1
+fi
+if [[ "$what" == personaplex_vendor ]]; then
+    # PersonaPlex's print()s each prompt part; its JSON is written after each run (a cut keeps it)
+    timeout -k 10 "${DUPLEXCADENCE_PP_VENDOR_S:-300}" python3 bench/personaplex_vendor.py "$out" \
+        ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 | tee "$out/personaplex_vendor.log" \
+        | grep -v '^Done loading'
+    ((PIPESTATUS[0] == 0)) || status=1
+    timeout -k 10 "${DUPLEXCADENCE_PP_TESTS_S:-210}" python3 -m pytest -m gpu -p no:cacheprovider \
+        -q tests/gpu/test_personaplex_gpu.py --junitxml="$out/gpu_tests.xml" "$@" 2>&1 \
+        | tee "$out/gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 exit "$status"
