@@ -138,23 +138,6 @@ class SamplingRules:
             return out
         return self._vendor(self.decoder, "embed_token")(tid)  # type: ignore[no-any-return]
 
-    def _warm_sampler(self, sampler: DeviceDecode) -> None:
-        """Capture ``llm.sample`` in both modes; the generator and the ring as before."""
-        state = sampler.rng_state()
-        g = torch.Generator(device=self.device).manual_seed(0)
-        params = self._sample_params(self._decode_defaults)
-        with torch.no_grad():
-            for _ in range(self.replay.warmup_calls + 1):
-                for mode in MODES:
-                    logits = torch.randn(1, sampler.vocab, generator=g, device=self.device)
-                    logits = logits.to(self.llm_carry.buffer.dtype)
-                    self.ops["llm.sample"](logits, sampler.ring, sampler.count, mode, *params)
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state, self.device)
-        else:
-            torch.set_rng_state(state)
-        sampler.forget()
-
     # -- the TTS head's tokens --------------------------------------------------------------
 
     def _speech_tokens(self, tts: Any, dtype: torch.dtype) -> None:
@@ -278,32 +261,3 @@ class SamplingRules:
             and most - 1 == self._tts_block and (no_stop or least >= most)
             and carry.fits(most - 1) and carry.extent(1) == carry.extent(most - 1)
         )  # fmt: skip
-
-    def _warm_speech(self, sp: SpeechTokens) -> None:
-        """Capture ``tts.token`` (eos masked and not); the generator as before."""
-        state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        cpu_state = torch.get_rng_state()
-        penalty = self._tts_penalty[0]
-        assert self.tts_carry is not None
-        sp_extents = self.tts_carry.extents
-        temperature = torch.ones(1, 1, device=self.device)
-        with torch.inference_mode():
-            sp.start(torch.tensor([sp.vocab - 1], device=self.device), temperature)
-            sp.place(0, 0)
-            for _ in range(self.replay.warmup_calls + 1):
-                for mask in (False, True):
-                    draw = sp.draw(penalty, penalty != 1.0, mask)
-                    for extent in sp_extents:
-                        self.ops["tts.token"](
-                            sp.prev, sp.position, sp.slot, sp.buffer, draw, extent
-                        )
-                        sp.place(0, 0)
-                        if mask and "tts.tokens" in self.ops:
-                            self.ops["tts.tokens"](
-                                sp.prev, sp.position, sp.slot, sp.buffer, draw, extent,
-                                self._tts_block,
-                            )  # fmt: skip
-                            sp.place(0, 0)
-        if state is not None:
-            torch.cuda.set_rng_state(state, self.device)
-        torch.set_rng_state(cpu_state)
