@@ -38,7 +38,13 @@ if TYPE_CHECKING:
     from adapters.token2wav.family import SpeechModel
     from adapters.token2wav.speech import SpeechStream
 
-__all__ = ["backbone_saved", "backbone_steps", "speech_saved", "speech_steps"]
+__all__ = [
+    "backbone_saved",
+    "backbone_steps",
+    "generators_saved",
+    "speech_saved",
+    "speech_steps",
+]
 
 Step = Callable[[], None]
 
@@ -175,7 +181,7 @@ def backbone_saved(rules: BackboneRules) -> Step:
     if sp is not None:
         tensors += [sp.prev, sp.position, sp.slot, sp.ring, sp.taken, sp.temperature, sp.eos]
     values = [t.clone() for t in tensors]
-    generators = _generators(rules.device)
+    generators = generators_saved(rules.device)
 
     def restore() -> None:
         for carry, length, head in heads:
@@ -191,16 +197,32 @@ def backbone_saved(rules: BackboneRules) -> Step:
 
 
 def speech_steps(speech: SpeechModel, seed: int, device: str) -> list[Step]:
-    """Token2Wav's warm-up calls (the ``synthetic`` family's: two turn shapes, each twice)
-    pushed through ``speech``'s stream under its current arm, a reset after each last call."""
+    """Token2Wav's warm-up calls pushed through ``speech``'s stream under its current arm, a
+    reset after each last call: the ``synthetic`` family's two turn shapes, each twice, and the
+    vendor's call rule (:class:`~adapters.minicpmo45.windows.DuplexWindower`) on turns of whole
+    units (``period_tokens`` a unit, the turn's first unit flushing) to the extent's bound, ended
+    by a unit with no tokens, twice."""
+    from adapters.minicpmo45.windows import DuplexWindower
     from adapters.token2wav.warmup import warmup_turn
 
     stream = speech.speech
     calls = [
-        call
+        (call.tokens, call.last_chunk)
         for steady in (speech.binding.width, 0)
         for call in warmup_turn(speech.windower, steady, seed, device, speech.vocab) * 2
     ]
+    first = [True]
+    windower = DuplexWindower.like(speech.windower, lambda: first[0])
+    g = torch.Generator().manual_seed(seed)
+    unit = int(speech.values["period_tokens"])
+    for _ in range(2):
+        for k in range(speech.binding.width + 3):
+            first[0] = k == 0
+            tokens = torch.randint(0, speech.vocab, (1, unit), generator=g, dtype=torch.int32)
+            calls += [(c.tokens, c.last_chunk) for c in windower.push(tokens.to(device))]
+        first[0] = False
+        end = windower.push(torch.zeros(1, 0, dtype=torch.int32, device=device), turn_end=True)
+        calls += [(c.tokens, c.last_chunk) for c in end]
 
     def push(tokens: Tensor, last: bool) -> Step:
         def run() -> None:
@@ -211,7 +233,7 @@ def speech_steps(speech: SpeechModel, seed: int, device: str) -> list[Step]:
 
         return run
 
-    return [push(call.tokens, call.last_chunk) for call in calls]
+    return [push(tokens, last) for tokens, last in calls]
 
 
 def speech_saved(stream: SpeechStream) -> Step:
@@ -236,7 +258,7 @@ def speech_saved(stream: SpeechStream) -> Step:
     return restore
 
 
-def _generators(device: torch.device) -> Step:
+def generators_saved(device: torch.device) -> Step:
     """The default generators (host, and the device's), taken now; the step puts them back."""
     host = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
