@@ -242,7 +242,10 @@ def speech_saved(stream: SpeechStream) -> Step:
     from adapters.token2wav.vocoder_stream import VocoderState
 
     flow, arm = stream.flow, stream.arm
-    state = {key: value.clone() for key, value in flow.stock_state().items()}
+    # The state rule's stock form pads its estimator regions into fresh tensors (as large as
+    # the stock envelope's slots: not cloned again); the rest may be views the pushes overwrite
+    fresh = {"estimator_att_cache", "estimator_cnn_cache"} if arm.state_rule else set()
+    state = {k: v if k in fresh else v.clone() for k, v in flow.stock_state().items()}
     tails = stream.state
     tails = VocoderState(tails.mel.clone(), tails.source.clone(), tails.speech.clone())
 
