@@ -66,16 +66,17 @@ class DuplexSynthesis(WindowedSynthesis):
         session's arm, at load (None: the arm does not replay, or no rules). Leaves the engine
         open: the decoder's own warm-up comes next and seals."""
         arm = self.arm
-        if not arm.replay or self.rules is None:
+        if not arm.replay or self.rules is None or not self.speech.replay.enabled:
             return None
         done = self._warm(arm, "load", report, speech=True, seal=False)
         self.warmed.add(arm)
         return done
 
     def set_arm(self, arm: Arm) -> None:
-        """Switch from the next call; into a replay arm not yet captured: warm, restore, seal."""
+        """Switch from the next call; into a replay arm not yet captured: warm, restore, seal
+        (not with replay off: ``DUPLEXCADENCE_NO_REPLAY``, where every call runs eagerly)."""
         super().set_arm(arm)
-        if arm.replay and arm not in self.warmed:
+        if arm.replay and arm not in self.warmed and self.speech.replay.enabled:
             self._report = self._warm(arm, "switch", lambda stage, fraction: None, speech=True)
             self.warmed.add(arm)
 
