@@ -55,7 +55,7 @@ from adapters.minicpmo45.audio_rules import AudioRules, AudioUnit
 from adapters.minicpmo45.kv import CarryView, KVCarry, attribute, cache_pairs, round_up
 from adapters.minicpmo45.llm_step import CarryStep
 from adapters.minicpmo45.sample import DeviceDecode
-from adapters.minicpmo45.sampling_rules import SamplingRules
+from adapters.minicpmo45.sampling_rules import Ahead, SamplingRules
 from adapters.minicpmo45.tts_sample import SpeechTokens
 from engine.arms import Arm
 from engine.duplex import SpanFactory, untimed
@@ -215,6 +215,7 @@ class BackboneRules(SamplingRules, AudioRules):
         }  # fmt: skip
         self.sampler: DeviceDecode | None = None
         self._last: tuple[int, Tensor] | None = None  # the last sampled id, on the host and device
+        self._ahead: Ahead | None = None  # a decode step launched before its id was read
         if callable(getattr(self.decoder, "decode", None)):
             self._sampler(llm, dtype)
         self.tts_step: CarryStep | None = None
@@ -245,6 +246,7 @@ class BackboneRules(SamplingRules, AudioRules):
         self.timing = False
         self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
         self.sampled["speech_host_reads"] = self.sampled["speech_blocks"] = 0
+        self.sampled["ahead_used"] = self.sampled["ahead_dropped"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
@@ -259,6 +261,7 @@ class BackboneRules(SamplingRules, AudioRules):
         """Run the vendor's own backbone code (True) or ours (False) from the next call."""
         if vendor == self.vendor:
             return
+        self._ahead = None
         if vendor:
             self._export_llm()
             self._export_audio()
@@ -378,6 +381,9 @@ class BackboneRules(SamplingRules, AudioRules):
 
     def _feed(self, embeds: Tensor, return_logits: bool = False) -> Any:
         dec = self.decoder
+        ahead = self._take_ahead(embeds, return_logits)
+        if ahead is not None:
+            return ahead
         n = int(embeds.size(0))
         if not self._adopt_llm() or not self.llm_carry.fits(n):
             if dec.cache is self.llm_view:
@@ -423,6 +429,7 @@ class BackboneRules(SamplingRules, AudioRules):
     def _drop(self, length: int) -> bool:
         """The window's upkeep: the vendor's own drop on its cache form, copied back (eager)."""
         dec = self.decoder
+        self._ahead = None
         ours = dec.cache is self.llm_view
         before = self.llm_carry.length
         if ours:

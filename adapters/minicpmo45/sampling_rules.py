@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,7 +30,16 @@ from engine.arms import Arm
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog, TensorSpec
 
-__all__ = ["SamplingRules"]
+__all__ = ["Ahead", "SamplingRules"]
+
+
+class Ahead(NamedTuple):
+    """A decode step launched before its id was read (:meth:`SamplingRules._read_ahead`)."""
+
+    tid: int
+    embeds: Tensor
+    start: int
+    out: tuple[Tensor, Tensor]
 
 
 class SamplingRules:
@@ -53,6 +62,8 @@ class SamplingRules:
     sampler: DeviceDecode | None
     speech: SpeechTokens | None
     _last: tuple[int, Tensor] | None
+    _ahead: Ahead | None
+    llm_view: CarryView
     _decode_defaults: dict[str, Any]
     _tts_penalty: tuple[float, int]
     _tts_block: int
@@ -61,6 +72,9 @@ class SamplingRules:
         raise NotImplementedError
 
     def _timed(self, stage: str) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    def _run(self, name: str, *args: Any) -> Any:
         raise NotImplementedError
 
     # -- the LLM's sampling -------------------------------------------------------------------
@@ -98,7 +112,7 @@ class SamplingRules:
         vendor = self._vendor(self.decoder, "decode")
         sampler = self.sampler
         if sampler is None or not self.arm().replay:
-            self._last = None
+            self._last, self._ahead = None, None
             return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
         params = self._decode_defaults | kwargs | {"mode": mode}
         refused = (
@@ -118,7 +132,7 @@ class SamplingRules:
         token = self.ops["llm.sample"](
             logits, sampler.ring, sampler.count, mode, *self._sample_params(params)
         )
-        tid = int(token.item())  # the token's one host read
+        tid = self._read_ahead(token)  # the token's one host read, the next step under way
         eos = tid == sampler.eos
         if eos and state is not None:
             sampler.rewind(state, logits)
@@ -132,11 +146,67 @@ class SamplingRules:
     def _embed_token(self, tid: Any) -> Tensor:
         """The vendor's ``embed_token``; the id just sampled is gathered from its device copy
         (no upload)."""
-        last = self._last
+        last, ahead = self._last, self._ahead
         if last is not None and isinstance(tid, int) and tid == last[0]:
+            if ahead is not None and ahead.tid == tid:
+                return ahead.embeds  # the look-ahead's own input (_feed knows it by identity)
             out: Tensor = self.decoder.m.model.embed_tokens(last[1])
             return out
         return self._vendor(self.decoder, "embed_token")(tid)  # type: ignore[no-any-return]
+
+    def _read_ahead(self, token: Tensor) -> int:
+        """The sampled id on the host, with the next decode step launched before the read.
+
+        The vendor's loop reads the id, checks it on the host and then feeds its embedding; the
+        device would idle through that host work. So the step for the id as sampled (its
+        embedding gathered on the device, as :meth:`_embed_token` does, at the next slot and
+        the extent a feed of one there gets) is launched first, and the read waits for the
+        sampler alone (a copy to pinned memory and its event on CUDA). :meth:`_feed` hands the
+        result over when the vendor feeds that very embedding at that slot; any other call
+        (a replaced id, a stop, the window's upkeep, a reset) runs as before and the slot the
+        look-ahead wrote is dead (beyond the live length: the next write there comes first).
+        The same ops on the same inputs in the same order on the device: nothing changes a bit.
+        """
+        self._ahead = None
+        carry = self.llm_carry
+        cuda = token.device.type == "cuda"
+        if cuda:
+            host = torch.empty(token.shape, dtype=token.dtype, pin_memory=True)
+            host.copy_(token, non_blocking=True)
+            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            done.record()
+        if self.decoder.cache is self.llm_view and carry.fits(1):
+            embeds = self.decoder.m.model.embed_tokens(token)
+            start, extent = carry.length, carry.extent(1)
+            positions = torch.arange(start, start + 1, device=token.device).unsqueeze(0)
+            with torch.no_grad():
+                out = self._run("llm.step", embeds.unsqueeze(0), positions, positions[0],
+                                carry.buffer, extent)  # fmt: skip
+            self._ahead = Ahead(-1, embeds, start, out)
+        if cuda:
+            done.synchronize()
+            tid = int(host.item())
+        else:
+            tid = int(token.item())
+        if self._ahead is not None:
+            self._ahead = self._ahead._replace(tid=tid)
+        return tid
+
+    def _take_ahead(self, embeds: Tensor, return_logits: bool) -> tuple[Tensor, Tensor] | None:
+        """The look-ahead's ``(logits, hidden)`` if this feed is the one it ran, else None (and
+        the look-ahead is dropped either way); counted in ``sampled``."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if (
+            embeds is ahead.embeds and return_logits and self.llm_carry.length == ahead.start
+            and self.decoder.cache is self.llm_view and self.arm().replay
+        ):  # fmt: skip
+            self.llm_carry.length = ahead.start + 1
+            self.sampled["ahead_used"] += 1
+            return ahead.out
+        self.sampled["ahead_dropped"] += 1
+        return None
 
     # -- the TTS head's tokens --------------------------------------------------------------
 
