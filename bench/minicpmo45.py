@@ -367,7 +367,7 @@ class Session:
         """A new conversation under ``arm``, re-seeded: settle, counted speaking units, counted
         listening units. Figures and every counted unit's outputs."""
         args = self.args
-        self.fresh(arm, args.seed)
+        warmed = self.fresh(arm, args.seed)
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -398,6 +398,8 @@ class Session:
                 )
             ),
         }
+        if warmed:
+            figures["switch_warmup"] = warmed
         if self.cuda:
             figures["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / MIB)
             figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / MIB)
@@ -409,14 +411,26 @@ class Session:
         print(label, json.dumps(figures), file=sys.stderr)
         return {"figures": figures, "units": units}
 
-    def fresh(self, arm: Arm, seed: int) -> None:
+    def fresh(self, arm: Arm, seed: int) -> list[dict[str, Any]]:
         """A new conversation under ``arm`` from the same state as every other, re-seeded (the
-        family's new conversation resets the model's session: its audio encoder's cache too)."""
+        family's new conversation resets the model's session: its audio encoder's cache too).
+        The switch is made here, before the first unit: a switch into a replay arm not yet
+        captured warms the catalog (the family's period model), outside the units' timing and
+        the exact phase's digests. Returns what such warm-ups did."""
+        model = self.loaded.model
+        warmups = getattr(model, "warmups", [])
+        before = len(warmups)
         self.loop.request_arm(arm)
         self.loop.reset()
+        if model.arm != arm:
+            model.set_arm(arm)  # the loop then finds it made
         torch.manual_seed(seed)
         if callable(getattr(self.rules, "reset_stats", None)):
             self.rules.reset_stats()  # the rules' counters from this conversation on
+        done = list(warmups[before:])
+        for warmup in done:
+            print("switch warm-up", json.dumps(warmup), file=sys.stderr, flush=True)
+        return done
 
     def unit(self, mic: np.ndarray, listen: bool) -> dict[str, Any]:
         """One unit through the loop; ``listen``: the vendor's forced listen for this unit."""

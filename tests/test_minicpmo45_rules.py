@@ -195,6 +195,9 @@ def test_every_arm_equals_eager_with_the_decoders_sampling(mode: str) -> None:
     stats = rules.stats()
     assert stats["sampled"]["tokens"] == stats["sampled"]["host_reads"] > 0
     assert stats["sampled"]["ring_rebuilt"] >= 2  # each conversation's new list
+    # every decode step but a unit's stop ran ahead of its read, and was taken
+    assert stats["sampled"]["ahead_used"] > 0, stats["sampled"]
+    assert mode == "greedy" or stats["sampled"]["ahead_dropped"] > 0, stats["sampled"]
     assert rules.window["slides"] > 0
     sample = stats["replay"]["llm.sample"]
     if mode == "greedy":
@@ -304,3 +307,30 @@ def test_the_extent_is_the_least_of_the_ladder_that_holds_the_call() -> None:
     assert [carry.extent(n) for n in (1, 512, 513)] == [512, 512, 1024]
     carry.length = 1020
     assert (carry.extent(4), carry.extent(5), carry.extent(200)) == (1024, 1100, 1100)
+
+
+def test_a_look_ahead_step_for_another_id_than_the_one_fed_changes_nothing() -> None:
+    """The vendor replaces a sampled ``<|listen|>`` by ``tts_bos`` while a turn goes on: the
+    step launched ahead for the sampled id is dropped (its slot is dead) and the feed of the
+    other id runs as before; the outputs equal eager's."""
+
+    def run() -> list[Any]:
+        torch.manual_seed(3)
+        dec, outs = duplex.decoder, []
+        embed = dec.m.model.embed_tokens
+        dec.reset()
+        logits, _ = dec.feed(embed(torch.tensor([5, 6, 7])), return_logits=True)
+        for k in range(6):
+            tid = int(dec.decode(logits, mode="greedy").item())
+            other = (tid + 1) % VOCAB if k % 2 else tid  # every other step: another id
+            logits, hidden = dec.feed(dec.embed_token(other), return_logits=True)
+            outs += [logits, hidden]
+        return outs
+
+    duplex, rules, arm = session()
+    eager = run()
+    arm.arm = Arm.SRC
+    rules.warm_up()
+    rules.reset_stats()
+    assert equal(eager, run())
+    assert rules.sampled["ahead_used"] == 3 and rules.sampled["ahead_dropped"] == 3, rules.sampled

@@ -167,21 +167,3 @@ class AudioRules:
         model = self.duplex.model
         if self.audio_step is not None and model.audio_past_key_values is self.audio_view:
             model.audio_past_key_values = self._audio_pairs()
-
-    def _warm_audio(self) -> None:
-        """Capture every unit of the catalog (the carry's contents are overwritten by the
-        conversation's first unit: it starts at slot 0)."""
-        step, carry = self.audio_step, self.audio_carry
-        if step is None or carry is None:
-            return
-        mels = self.audio_mels
-        g = torch.Generator(device=self.device).manual_seed(0)
-        with torch.no_grad():  # as the vendor's streaming_prefill calls it
-            for _ in range(self.replay.warmup_calls + 1):
-                for frames, prefix, suffix in self.audio_units:
-                    mel = torch.randn(1, mels, frames, generator=g, device=self.device)
-                    n = step.frames(frames, prefix, suffix)
-                    slots = torch.arange(n, device=self.device)
-                    for e in carry.extents:
-                        self.ops["audio.step"](mel, slots, carry.buffer, prefix, suffix, e)
-        carry.length = 0

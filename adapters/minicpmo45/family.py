@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from adapters.minicpmo45.rules import BackboneSpec
+    from adapters.minicpmo45.synthesis import DuplexSynthesis
     from adapters.token2wav.family import SpeechModel
-    from engine.windowed import WindowedSynthesis
 
 __all__ = ["MINICPMO45", "MiniCPMO45Family", "period_model"]
 
@@ -124,7 +124,13 @@ class MiniCPMO45Family:
         progress("loading", 1.0)
         model = period_model(speech, duplex, request, spec)
         audit = SYNTHETIC.audit_mode(speech) if request.audit else None
-        warmup = SYNTHETIC.warm_up(speech, request, progress, audit)
+        backbone = model.warm_up_load(lambda stage, f: progress(stage, 0.5 * f))
+        share = (0.5, 0.5) if backbone is not None else (0.0, 1.0)
+        warmup = SYNTHETIC.warm_up(
+            speech, request, lambda stage, f: progress(stage, share[0] + share[1] * f), audit
+        )
+        if backbone is not None:
+            warmup["backbone"] = backbone
         memory.update(_held(request.device))
         return LoadedModel(
             model=model,
@@ -227,27 +233,27 @@ class MiniCPMO45Family:
 
 def period_model(
     speech: SpeechModel, duplex: Any, request: ModelRequest, spec: BackboneSpec | None = None
-) -> WindowedSynthesis:
+) -> DuplexSynthesis:
     """The duplex object as backbone, the vendor's call rule, our decoder: one 1-s unit a step.
 
     The unit is the declaration's (``period_tokens`` at the token clock: 25 tokens = 1 s), the
     microphone 16 kHz (the rate the duplex object and silero-vad hear), the output the decoder's.
     With ``spec`` (the backbone declaration) and a duplex object that has the vendor's decoder,
-    the backbone rules are installed (:mod:`adapters.minicpmo45.rules`) and warmed up under
-    the session's arm before the conversation is prepared; ``backbone.rules`` holds them.
+    the backbone rules are installed (:mod:`adapters.minicpmo45.rules`); ``backbone.rules``
+    holds them. Their catalog is captured by the load (``warm_up_load``) or at the first live
+    switch into a replay arm (:class:`~adapters.minicpmo45.synthesis.DuplexSynthesis`).
     """
     from adapters.minicpmo45.backbone import DuplexBackbone
     from adapters.minicpmo45.rules import BackboneRules
+    from adapters.minicpmo45.synthesis import DuplexSynthesis
     from adapters.minicpmo45.windows import DuplexWindower
     from adapters.turns.vad import RATE, VoiceActivity
-    from engine.windowed import WindowedSynthesis
 
     values = speech.values
     rules = None
     if spec is not None and hasattr(getattr(duplex, "decoder", None), "m"):
         stream = speech.speech
         rules = BackboneRules(duplex, speech.replay, lambda: stream.arm, spec)
-        rules.warm_up()
     backbone = DuplexBackbone(
         duplex,
         period_s=values["period_tokens"] / speech.declaration.clock_rate("token", values),
@@ -258,7 +264,7 @@ def period_model(
         rules=rules,
     )
     windower = DuplexWindower.like(speech.windower, backbone.flushing)
-    return WindowedSynthesis(backbone, speech.speech, windower, speech.output_rate)
+    return DuplexSynthesis(backbone, speech, windower, request.seed)
 
 
 def _stages(backbone: Any) -> tuple[str, ...]:

@@ -55,7 +55,7 @@ from adapters.minicpmo45.audio_rules import AudioRules, AudioUnit
 from adapters.minicpmo45.kv import CarryView, KVCarry, attribute, cache_pairs, round_up
 from adapters.minicpmo45.llm_step import CarryStep
 from adapters.minicpmo45.sample import DeviceDecode
-from adapters.minicpmo45.sampling_rules import SamplingRules
+from adapters.minicpmo45.sampling_rules import Ahead, SamplingRules
 from adapters.minicpmo45.tts_sample import SpeechTokens
 from engine.arms import Arm
 from engine.duplex import SpanFactory, untimed
@@ -215,6 +215,7 @@ class BackboneRules(SamplingRules, AudioRules):
         }  # fmt: skip
         self.sampler: DeviceDecode | None = None
         self._last: tuple[int, Tensor] | None = None  # the last sampled id, on the host and device
+        self._ahead: Ahead | None = None  # a decode step launched before its id was read
         if callable(getattr(self.decoder, "decode", None)):
             self._sampler(llm, dtype)
         self.tts_step: CarryStep | None = None
@@ -241,9 +242,11 @@ class BackboneRules(SamplingRules, AudioRules):
         self.fallbacks: Counter[str] = Counter()
         self._audio(spec.audio_capacity_from, spec.round_to, spec.extent_step, spec.audio_units)
         self.vendor = False
+        self.warmed = False  # every catalog entry captured (warmup.py): once for every arm
         self.timing = False
         self.sampled = dict.fromkeys(("tokens", "host_reads", "rewinds", "ring_rebuilt"), 0)
         self.sampled["speech_host_reads"] = self.sampled["speech_blocks"] = 0
+        self.sampled["ahead_used"] = self.sampled["ahead_dropped"] = 0
         self.window = {"slides": 0, "tokens_dropped": 0}
         self.per_unit: list[dict[str, Any]] = []
         self._unit: dict[str, Any] = {}
@@ -258,6 +261,7 @@ class BackboneRules(SamplingRules, AudioRules):
         """Run the vendor's own backbone code (True) or ours (False) from the next call."""
         if vendor == self.vendor:
             return
+        self._ahead = None
         if vendor:
             self._export_llm()
             self._export_audio()
@@ -267,27 +271,19 @@ class BackboneRules(SamplingRules, AudioRules):
         self.vendor = vendor
 
     def warm_up(self) -> None:
-        """Capture every catalog signature now (on the carries, before a conversation starts:
-        what they write there is overwritten by ``prepare``). Only under a replaying arm."""
+        """Warm and capture every catalog entry now, then put back what the warm-up wrote
+        (:mod:`~adapters.minicpmo45.warmup`: the carries' first slots, the token loops' device
+        state, the generators). Only under a replaying arm. The family's load and live switch
+        run the same steps through :func:`engine.warmup.warm_and_seal` instead."""
+        from adapters.minicpmo45.warmup import backbone_saved, backbone_steps
+
         if not self.arm().replay:
             return
-        with torch.no_grad():
-            for _ in range(self.replay.warmup_calls + 1):
-                for n in self.spec.llm_lengths:
-                    self._call_all("llm", self.llm_step, self.llm_carry, n)
-        if self.sampler is not None:
-            self._warm_sampler(self.sampler)
-        if self.speech is not None:
-            self._warm_speech(self.speech)
-        self._warm_audio()
-        if self.tts_step is not None and self.tts_carry is not None:
-            with torch.inference_mode():  # as the vendor's generate_chunk calls it
-                for _ in range(self.replay.warmup_calls + 1):
-                    for n in self.tts_lengths:
-                        self._call_all("tts", self.tts_step, self.tts_carry, n)
-        self.llm_carry.length = 0
-        if self.tts_carry is not None:
-            self.tts_carry.length = 0
+        restore = backbone_saved(self)
+        for step in backbone_steps(self):
+            step()
+        restore()
+        self.warmed = True
 
     def set_stage_timer(self, span: SpanFactory | None) -> None:
         """Each stage (:data:`STAGES`) also as ``span(stage)`` (the loop's ``Metrics.span``:
@@ -385,6 +381,9 @@ class BackboneRules(SamplingRules, AudioRules):
 
     def _feed(self, embeds: Tensor, return_logits: bool = False) -> Any:
         dec = self.decoder
+        ahead = self._take_ahead(embeds, return_logits)
+        if ahead is not None:
+            return ahead
         n = int(embeds.size(0))
         if not self._adopt_llm() or not self.llm_carry.fits(n):
             if dec.cache is self.llm_view:
@@ -430,6 +429,7 @@ class BackboneRules(SamplingRules, AudioRules):
     def _drop(self, length: int) -> bool:
         """The window's upkeep: the vendor's own drop on its cache form, copied back (eager)."""
         dec = self.decoder
+        self._ahead = None
         ours = dec.cache is self.llm_view
         before = self.llm_carry.length
         if ours:
@@ -485,17 +485,6 @@ class BackboneRules(SamplingRules, AudioRules):
     def _run(self, name: str, *args: Any) -> Any:
         op = self.ops[name]
         return op(*args) if self.arm().replay else op.fn(*args)
-
-    def _call_all(self, name: str, step: CarryStep, carry: KVCarry, n: int) -> None:
-        core: Any = step.core
-        hidden = int(core.config.hidden_size)
-        dtype = carry.buffer.dtype
-        x = torch.randn(1, n, hidden, dtype=dtype, device=self.device)
-        positions = torch.arange(n, device=self.device).unsqueeze(0)
-        ops = ("tts.step",) if name == "tts" else ("llm.step", "llm.feed")
-        for extent in carry.extents:
-            for op in ops:
-                self.ops[op](x, positions, positions[0], carry.buffer, extent)
 
     def _carry(self, step: CarryStep, dtype: torch.dtype) -> KVCarry:
         layers, _, kv_heads, capacity, head_dim = step.carry_shape()

@@ -100,7 +100,8 @@ class DeviceDecode:
         )
         self.ring = torch.full((window,), -1, dtype=torch.int64, device=device)
         self.count = torch.zeros((), dtype=torch.int64, device=device)
-        self._mirrored: tuple[int, int] = (0, -1)  # (id of the host list, its length)
+        self.mirrored: tuple[int, int] = (0, -1)
+        """``(id, length)`` of the decoder's host list the ring mirrors (a warm-up restores it)."""
 
     # -- the step (capturable) --------------------------------------------------------------
 
@@ -156,19 +157,19 @@ class DeviceDecode:
         """Make the ring the vendor's recent ids if the decoder's list is not what it mirrors (a
         reset, a new conversation, a decode the vendor ran); True when it was rebuilt."""
         tokens = self.decoder.generated_tokens
-        if self._mirrored == (id(tokens), len(tokens)):
+        if self.mirrored == (id(tokens), len(tokens)):
             return False
         recent = [int(t) for t in tokens[-self.window :]]
         self.ring.fill_(-1)
         if recent:
             self.ring[: len(recent)].copy_(torch.tensor(recent, dtype=torch.int64))
         self.count.fill_(len(recent))
-        self._mirrored = (id(tokens), len(tokens))
+        self.mirrored = (id(tokens), len(tokens))
         return True
 
     def forget(self) -> None:
         """Rebuild the ring from the decoder's list at the next :meth:`mirror`."""
-        self._mirrored = (0, -1)
+        self.mirrored = (0, -1)
 
     def took(self, token: int, eos: bool) -> None:
         """The vendor's bookkeeping for the token the step returned (host lists)."""
@@ -179,7 +180,7 @@ class DeviceDecode:
             dec.generated_tokens.append(token)
         else:
             dec.generated_special_tokens.append(token)
-        self._mirrored = (id(dec.generated_tokens), len(dec.generated_tokens))
+        self.mirrored = (id(dec.generated_tokens), len(dec.generated_tokens))
 
     def rng_state(self) -> Tensor:
         """The default generator's state (before a sampling step)."""

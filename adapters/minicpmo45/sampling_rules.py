@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,7 +30,16 @@ from engine.arms import Arm
 from engine.replay import ReplayEngine, ReplayOp
 from engine.signature import Catalog, TensorSpec
 
-__all__ = ["SamplingRules"]
+__all__ = ["Ahead", "SamplingRules"]
+
+
+class Ahead(NamedTuple):
+    """A decode step launched before its id was read (:meth:`SamplingRules._read_ahead`)."""
+
+    tid: int
+    embeds: Tensor
+    start: int
+    out: tuple[Tensor, Tensor]
 
 
 class SamplingRules:
@@ -53,6 +62,8 @@ class SamplingRules:
     sampler: DeviceDecode | None
     speech: SpeechTokens | None
     _last: tuple[int, Tensor] | None
+    _ahead: Ahead | None
+    llm_view: CarryView
     _decode_defaults: dict[str, Any]
     _tts_penalty: tuple[float, int]
     _tts_block: int
@@ -61,6 +72,9 @@ class SamplingRules:
         raise NotImplementedError
 
     def _timed(self, stage: str) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    def _run(self, name: str, *args: Any) -> Any:
         raise NotImplementedError
 
     # -- the LLM's sampling -------------------------------------------------------------------
@@ -98,7 +112,7 @@ class SamplingRules:
         vendor = self._vendor(self.decoder, "decode")
         sampler = self.sampler
         if sampler is None or not self.arm().replay:
-            self._last = None
+            self._last, self._ahead = None, None
             return vendor(logits, mode=mode, **kwargs)  # type: ignore[no-any-return]
         params = self._decode_defaults | kwargs | {"mode": mode}
         refused = (
@@ -118,7 +132,7 @@ class SamplingRules:
         token = self.ops["llm.sample"](
             logits, sampler.ring, sampler.count, mode, *self._sample_params(params)
         )
-        tid = int(token.item())  # the token's one host read
+        tid = self._read_ahead(token)  # the token's one host read, the next step under way
         eos = tid == sampler.eos
         if eos and state is not None:
             sampler.rewind(state, logits)
@@ -132,28 +146,67 @@ class SamplingRules:
     def _embed_token(self, tid: Any) -> Tensor:
         """The vendor's ``embed_token``; the id just sampled is gathered from its device copy
         (no upload)."""
-        last = self._last
+        last, ahead = self._last, self._ahead
         if last is not None and isinstance(tid, int) and tid == last[0]:
+            if ahead is not None and ahead.tid == tid:
+                return ahead.embeds  # the look-ahead's own input (_feed knows it by identity)
             out: Tensor = self.decoder.m.model.embed_tokens(last[1])
             return out
         return self._vendor(self.decoder, "embed_token")(tid)  # type: ignore[no-any-return]
 
-    def _warm_sampler(self, sampler: DeviceDecode) -> None:
-        """Capture ``llm.sample`` in both modes; the generator and the ring as before."""
-        state = sampler.rng_state()
-        g = torch.Generator(device=self.device).manual_seed(0)
-        params = self._sample_params(self._decode_defaults)
-        with torch.no_grad():
-            for _ in range(self.replay.warmup_calls + 1):
-                for mode in MODES:
-                    logits = torch.randn(1, sampler.vocab, generator=g, device=self.device)
-                    logits = logits.to(self.llm_carry.buffer.dtype)
-                    self.ops["llm.sample"](logits, sampler.ring, sampler.count, mode, *params)
-        if self.device.type == "cuda":
-            torch.cuda.set_rng_state(state, self.device)
+    def _read_ahead(self, token: Tensor) -> int:
+        """The sampled id on the host, with the next decode step launched before the read.
+
+        The vendor's loop reads the id, checks it on the host and then feeds its embedding; the
+        device would idle through that host work. So the step for the id as sampled (its
+        embedding gathered on the device, as :meth:`_embed_token` does, at the next slot and
+        the extent a feed of one there gets) is launched first, and the read waits for the
+        sampler alone (a copy to pinned memory and its event on CUDA). :meth:`_feed` hands the
+        result over when the vendor feeds that very embedding at that slot; any other call
+        (a replaced id, a stop, the window's upkeep, a reset) runs as before and the slot the
+        look-ahead wrote is dead (beyond the live length: the next write there comes first).
+        The same ops on the same inputs in the same order on the device: nothing changes a bit.
+        """
+        self._ahead = None
+        carry = self.llm_carry
+        cuda = token.device.type == "cuda"
+        if cuda:
+            host = torch.empty(token.shape, dtype=token.dtype, pin_memory=True)
+            host.copy_(token, non_blocking=True)
+            done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            done.record()
+        if self.decoder.cache is self.llm_view and carry.fits(1):
+            embeds = self.decoder.m.model.embed_tokens(token)
+            start, extent = carry.length, carry.extent(1)
+            positions = torch.arange(start, start + 1, device=token.device).unsqueeze(0)
+            with torch.no_grad():
+                out = self._run("llm.step", embeds.unsqueeze(0), positions, positions[0],
+                                carry.buffer, extent)  # fmt: skip
+            self._ahead = Ahead(-1, embeds, start, out)
+        if cuda:
+            done.synchronize()
+            tid = int(host.item())
         else:
-            torch.set_rng_state(state)
-        sampler.forget()
+            tid = int(token.item())
+        if self._ahead is not None:
+            self._ahead = self._ahead._replace(tid=tid)
+        return tid
+
+    def _take_ahead(self, embeds: Tensor, return_logits: bool) -> tuple[Tensor, Tensor] | None:
+        """The look-ahead's ``(logits, hidden)`` if this feed is the one it ran, else None (and
+        the look-ahead is dropped either way); counted in ``sampled``."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        if (
+            embeds is ahead.embeds and return_logits and self.llm_carry.length == ahead.start
+            and self.decoder.cache is self.llm_view and self.arm().replay
+        ):  # fmt: skip
+            self.llm_carry.length = ahead.start + 1
+            self.sampled["ahead_used"] += 1
+            return ahead.out
+        self.sampled["ahead_dropped"] += 1
+        return None
 
     # -- the TTS head's tokens --------------------------------------------------------------
 
@@ -278,32 +331,3 @@ class SamplingRules:
             and most - 1 == self._tts_block and (no_stop or least >= most)
             and carry.fits(most - 1) and carry.extent(1) == carry.extent(most - 1)
         )  # fmt: skip
-
-    def _warm_speech(self, sp: SpeechTokens) -> None:
-        """Capture ``tts.token`` (eos masked and not); the generator as before."""
-        state = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        cpu_state = torch.get_rng_state()
-        penalty = self._tts_penalty[0]
-        assert self.tts_carry is not None
-        sp_extents = self.tts_carry.extents
-        temperature = torch.ones(1, 1, device=self.device)
-        with torch.inference_mode():
-            sp.start(torch.tensor([sp.vocab - 1], device=self.device), temperature)
-            sp.place(0, 0)
-            for _ in range(self.replay.warmup_calls + 1):
-                for mask in (False, True):
-                    draw = sp.draw(penalty, penalty != 1.0, mask)
-                    for extent in sp_extents:
-                        self.ops["tts.token"](
-                            sp.prev, sp.position, sp.slot, sp.buffer, draw, extent
-                        )
-                        sp.place(0, 0)
-                        if mask and "tts.tokens" in self.ops:
-                            self.ops["tts.tokens"](
-                                sp.prev, sp.position, sp.slot, sp.buffer, draw, extent,
-                                self._tts_block,
-                            )  # fmt: skip
-                            sp.place(0, 0)
-        if state is not None:
-            torch.cuda.set_rng_state(state, self.device)
-        torch.set_rng_state(cpu_state)
