@@ -166,6 +166,9 @@ class LoadedModel:
     # The arms the session can switch to live (the window offers only these); () where the arm
     # changes nothing (a family that replays nothing).
     switchable_arms: tuple[Arm, ...] = tuple(Arm)
+    # The model captures a replay arm's catalog itself at a live switch into it (warm-up,
+    # restore, seal: MiniCPM-o's period model), so the session does not re-open capture.
+    warms_at_switch: bool = False
     # Ends what the model runs besides the loop (a worker thread and the native thread pools
     # it calls into); the session calls it once, at its close. None: nothing to end.
     close: Callable[[], None] | None = None

@@ -76,7 +76,8 @@ class Session:
         self.warmed = warmed if warmed is not None else set()
         self._open_capture = threading.Event()
         if settings.arm.replay and settings.arm not in self.warmed:
-            if warmed is not None:  # a kept model whose graphs for this arm were never captured
+            # a kept model whose graphs for this arm were never captured
+            if warmed is not None and not loaded.warms_at_switch:
                 self._open_capture.set()
             self.warmed.add(settings.arm)
         self._ptt_held = threading.Event()
@@ -127,12 +128,14 @@ class Session:
         """Switch arm at the next period (any thread); the trace logs an ``arm_switch``.
 
         A replay arm whose graphs were not captured at start re-opens capture (the engine was
-        sealed after warm-up): its first periods warm and capture as they run (slower, logged).
+        sealed after warm-up): its first periods warm and capture as they run (slower, logged);
+        unless the model captures the arm's catalog itself at the switch (``warms_at_switch``).
         """
         arm = Arm(arm)
         if arm.replay and arm not in self.warmed:
             self.warmed.add(arm)
-            self._open_capture.set()
+            if not self.loaded.warms_at_switch:
+                self._open_capture.set()
         self.loop.request_arm(arm)
 
     def set_push_to_talk(self, held: bool) -> None:

@@ -64,6 +64,27 @@ def test_lean_session_refuses_stock_arms_with_the_fix() -> None:
     session.close()
 
 
+def test_a_model_that_warms_at_a_switch_keeps_the_session_from_reopening_capture(
+    tmp_path: Path,
+) -> None:
+    """A switch into an arm the load did not warm re-opens capture (logged ``unseal``) unless
+    the model captures that arm's catalog itself at the switch (MiniCPM-o's period model)."""
+    import dataclasses
+
+    from app.session import Session
+
+    for warms, unseals in ((False, 1), (True, 0)):
+        trace = tmp_path / f"s{warms}.jsonl"
+        session = build_session(Settings(family="synthetic", device="cpu"), trace=trace, n_steps=2)
+        loaded = dataclasses.replace(session.loaded, warms_at_switch=warms)
+        session = Session(session.loop, loaded, session.settings, device="cpu", trace=session.trace)
+        session.request_arm(Arm.SR)
+        session.step(np.zeros(16_000, np.float32))
+        session.close()
+        _, records = read_trace(trace)
+        assert sum(e["kind"] == "unseal" for r in records for e in r["events"]) == unseals
+
+
 def test_lychee_windows_run_the_loop_exactly() -> None:
     talk = conversation([0.3, "hello there, how are you doing today", 9.0]).periods()
     runs = {}

@@ -156,6 +156,7 @@ class MiniCPMO45Family:
             audit=audit,
             has_text=True,
             switchable_arms=switchable_arms(decoder.envelope),
+            warms_at_switch=True,  # DuplexSynthesis.set_arm
         )
 
     # -- internals ---------------------------------------------------------------------------
