@@ -116,6 +116,9 @@ class Replier:
         self.float32: dict[str, int] = {}  # Linear layers kept in float32, by reason
         if self.weights == "four_bit":
             self.float32 = four_bit(self._model)
+        elif weights == "four_bit":  # asked for, on a GPU
+            layers = sum(isinstance(m, torch.nn.Linear) for m in self._model.modules())
+            self.float32 = {"the 4-bit kernel runs on the CPU only": layers}
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most
         self.prompt = tuple(prompt)
