@@ -241,31 +241,46 @@ def _llama_cpp(gguf: Path, prompt: str, max_tokens: int) -> Any:
     return answer
 
 
-def _shipped(prompt: str) -> Any:
+def _shipped(prompt: str, weights: str, steps: list[int]) -> Any:
     """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded,
-    after the chat ``prompt`` names."""
+    after the chat ``prompt`` names, its Linear layers run as ``weights`` says (``int8_dynamic``:
+    the float32 ones through torch's ``quantize_dynamic``, screened only). Each forward pass of
+    the model (a question's prefill, then one a token) appends 1 to ``steps``."""
     import torch
 
     from adapters.basic.reply import Replier
 
     torch.set_num_threads(1)  # as load_basic sets it
-    replier = Replier(prompt=PROMPTS[prompt])
+    dynamic = weights == "int8_dynamic"
+    replier = Replier(prompt=PROMPTS[prompt], weights="float32" if dynamic else weights)
+    if dynamic:
+        replier._model = torch.ao.quantization.quantize_dynamic(
+            replier._model, {torch.nn.Linear}, dtype=torch.qint8
+        )
     replier.warm_up()
+    replier._model.register_forward_hook(lambda *_: steps.append(1))
     return lambda question: replier.reply(question, lambda clause: None, threading.Event())
 
 
 def reply(
-    gguf: Path | None, prompt: str, split: str, heard_from: str, max_tokens: int
+    gguf: Path | None, prompt: str, split: str, heard_from: str, max_tokens: int, weights: str
 ) -> dict[str, Any]:
     """A reply model on what was heard: answers right, CPU s per reply. ``gguf`` None: the
-    shipped Replier (transformers, its own prompt and limits); else that file through llama.cpp."""
+    shipped Replier (transformers, its own prompt and limits, ``weights``); else that file
+    through llama.cpp. ``same_words``: replies word for word those the cascade said in
+    ``bench/results/basic_cpu.json`` (counted when it heard the same words)."""
     began = time.process_time()
-    answer = _shipped(prompt) if gguf is None else _llama_cpp(gguf, prompt, max_tokens)
+    steps: list[int] = []
+    if gguf is None:
+        answer = _shipped(prompt, weights, steps)
+    else:
+        answer = _llama_cpp(gguf, prompt, max_tokens)
     load_cpu = time.process_time() - began
+    recorded = {t["index"]: t for t in json.loads(HEARD.read_text())["turns"]}
     if heard_from == "truth":
         heard = {q.index: q.text for q in QUESTIONS}
     else:
-        heard = {t["index"]: t["heard"] for t in json.loads(HEARD.read_text())["turns"]}
+        heard = {index: turn["heard"] for index, turn in recorded.items()}
     asked = [q for q in QUESTIONS if split in ("all", q.split)]
     turns, cpu = [], []
     for question in asked:
@@ -273,7 +288,10 @@ def reply(
         said = answer(heard[question.index])
         cpu.append(time.process_time() - began)
         right = question.correct(said)
-        turns.append({"heard": heard[question.index], "said": said, "right": right})
+        was = recorded[question.index]
+        words = was["said"].split() == said.split()  # the cascade joins clauses with spaces
+        same = words if was["heard"] == heard[question.index] else None
+        turns.append({"heard": heard[question.index], "said": said, "right": right, "same": same})
         mark = "ok " if turns[-1]["right"] else "NO "
         print(f"{mark}{heard[question.index]!r} -> {said!r}", file=sys.stderr)
     return {
@@ -284,12 +302,20 @@ def reply(
         if gguf is None
         else "llama.cpp (xllamacpp), greedy, 1 thread",
         "prompt": prompt,
+        "weights": weights if gguf is None else None,
         "split": split,
         "heard_from": heard_from,
         "right": sum(t["right"] for t in turns),
+        "right_by_split": {
+            name: sum(t["right"] for q, t in zip(asked, turns, strict=True) if q.split == name)
+            for name in ("dev", "test")
+        },
         "n": len(turns),
+        "same_words": sum(t["same"] is True for t in turns),
+        "compared": sum(t["same"] is not None for t in turns),
         "load_cpu_s": round(load_cpu, 2),
         "reply_cpu_s_p50": round(float(np.median(cpu)), 2),
+        "cpu_s_per_step": round(sum(cpu) / len(steps), 4) if steps else None,
         "turns": turns,
     }
 
@@ -316,6 +342,12 @@ def main() -> None:
     parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
     parser.add_argument("--heard", choices=("cascade", "truth"), default="cascade")
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument(
+        "--weights",
+        choices=("four_bit", "float32", "int8_dynamic"),
+        default="four_bit",
+        help="reply, the shipped Replier: how its Linear layers run",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     if args.what == "cut":
@@ -325,10 +357,13 @@ def main() -> None:
         tail = None if args.tail in (None, "full") else float(args.tail)
         record = hear(args.segments, args.decoding, args.pad, tail, args.tail is not None)
     else:
-        record = reply(args.gguf, args.prompt, args.split, args.heard, args.max_tokens)
+        record = reply(
+            args.gguf, args.prompt, args.split, args.heard, args.max_tokens, args.weights
+        )
     record["environment"] = environment(" ".join(sys.argv))
     record["load_average"] = [load_before, os.getloadavg()]
-    summary = {k: record.get(k) for k in ("wer", "right", "n", "cpu_s_p50", "reply_cpu_s_p50")}
+    keys = ("wer", "right", "right_by_split", "n", "same_words", "compared", "cpu_s_p50")
+    summary = {k: record.get(k) for k in (*keys, "reply_cpu_s_p50", "cpu_s_per_step")}
     print(json.dumps(summary), file=sys.stderr)
     if args.out is not None:
         runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []

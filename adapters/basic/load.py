@@ -1,7 +1,8 @@
 """Build the basic family's cascade: load its three models once, reporting progress.
 
 Loading takes ~25 s on two idle cores, nearly all of it the language model (transformers
-dequantizes its GGUF file to float32): do it once per session, never per turn.
+dequantizes its GGUF file to float32, and the 4-bit blocks are recovered from that): do it once
+per session, never per turn.
 """
 
 from __future__ import annotations
