@@ -20,7 +20,7 @@ from engine.arms import Arm
 from engine.replay import ReplayEngine
 from tests.minicpmo45_audio_standin import StandInAudioModel, StandInWhisper
 from tests.minicpmo45_standin import StandInBackboneDuplex, StandInDecoder, StandInTTS
-from tests.test_minicpmo45_rules import Arms, build, equal
+from tests.test_minicpmo45_rules import Arms, build, equal, warm_up
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -62,7 +62,7 @@ def test_every_arm_equals_eager_across_resets_and_a_new_conversation() -> None:
     assert equal(eager, hear(duplex, 0, 10, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.audio_carry is not None and rules.audio_carry.capacity == 192  # 160 rounded
     assert rules.audio_carry.extents == (64, 128, 192)  # each reached: 3 units = 150 frames
-    rules.warm_up()
+    warm_up(rules)
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         rules.reset_stats()
         assert equal(eager, hear(duplex, 0, 10, arms, arm)), arms
@@ -91,7 +91,7 @@ def test_a_unit_outside_the_catalog_runs_eagerly_counted() -> None:
     model.reset_session()
     want = model.get_audio_embedding_streaming(mel, 0, 0)[0][0].clone()
     arm.arm = Arm.SRC
-    rules.warm_up()
+    warm_up(rules)
     rules.reset_stats()
     model.reset_session()
     assert torch.equal(want, model.get_audio_embedding_streaming(mel, 0, 0)[0][0])

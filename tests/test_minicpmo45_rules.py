@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from adapters.minicpmo45.rules import BackboneRules, BackboneSpec
+from adapters.minicpmo45.warmup import backbone_saved, backbone_steps
 from engine.arms import Arm
 from engine.replay import ReplayEngine
 from tests.minicpmo45_standin import (
@@ -115,6 +116,19 @@ def conversation(
     return outs
 
 
+def warm_up(rules: BackboneRules) -> None:
+    """Warm and capture every catalog entry now (under a replaying arm), then put back what the
+    warm-up wrote: the steps the family's load and live switch run through
+    :func:`engine.warmup.warm_and_seal` (:mod:`adapters.minicpmo45.warmup`)."""
+    if not rules.arm().replay:
+        return
+    restore = backbone_saved(rules)
+    for step in backbone_steps(rules):
+        step()
+    restore()
+    rules.warmed = True
+
+
 def equal(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
@@ -125,7 +139,7 @@ def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
     assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.window["slides"] >= 4, "the window slid in each half of each conversation"
     assert rules.llm_carry.extents == (32, 64)  # the window's high mark (40) crosses the first
-    rules.warm_up()
+    warm_up(rules)
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         assert equal(eager, conversation(duplex, 0, 6, arms, arm)), arms
     replay = rules.stats()["replay"]
@@ -150,7 +164,7 @@ def test_the_tts_conditions_every_length_is_in_the_catalog() -> None:
     tts = duplex.model.tts
     eager = [h for c in conditions for h in tts.generate_chunk(c, steps=1, start=5)]
     arm.arm = Arm.SRC
-    rules.warm_up()
+    warm_up(rules)
     rules.reset_stats()
     assert equal(eager, [h for c in conditions for h in tts.generate_chunk(c, steps=1, start=5)])
     step = rules.stats()["replay"]["tts.step"]
@@ -188,7 +202,7 @@ def test_every_arm_equals_eager_with_the_decoders_sampling(mode: str) -> None:
     eos = ids.count(duplex.decoder.chunk_eos_id)
     assert len(ids) > eos >= (1 if mode == "sampling" else 0), ids
     arm.arm = Arm.SRC
-    rules.warm_up()  # captures llm.sample in both modes: no trace in the generator or the ring
+    warm_up(rules)  # captures llm.sample in both modes: no trace in the generator or the ring
     rules.reset_stats()
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         assert equal(eager, conversation(duplex, 4, 6, arms, arm, sample=mode)), arms
@@ -243,7 +257,7 @@ def test_every_arm_equals_eager_with_the_tts_heads_token_loop() -> None:
     lengths = [int(t.shape[1]) for t in eager[::2]]
     assert min(lengths) < 7 and max(lengths) == 7, lengths
     arm.arm = Arm.SRC
-    rules.warm_up()
+    warm_up(rules)
     rules.reset_stats()
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         assert equal(eager, speech_turns(duplex, 5, 9, arms, arm)), arms
@@ -262,7 +276,7 @@ def test_a_chunk_that_cannot_stop_is_one_replay() -> None:
     duplex, rules, arm = session(speech=True, block=7)  # the stand-in's chunk: 8 tokens asked
     eager = speech_turns(duplex, 6, 9, [Arm.EAGER], arm, least=8)
     arm.arm = Arm.SRC
-    rules.warm_up()
+    warm_up(rules)
     rules.reset_stats()
     for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
         assert equal(eager, speech_turns(duplex, 6, 9, arms, arm, least=8)), arms
@@ -288,7 +302,7 @@ def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:
 
 def test_a_full_carry_runs_the_vendors_code_counted() -> None:
     duplex, rules, arm = session()
-    rules.warm_up()
+    warm_up(rules)
     outs = conversation(duplex, 2, 12, [Arm.SRC], arm, slide=False)
     assert rules.llm_carry.capacity < 6 * 16
     assert rules.stats()["fallbacks"].get("llm_carry_full", 0) == 2  # once a conversation
@@ -330,7 +344,7 @@ def test_a_look_ahead_step_for_another_id_than_the_one_fed_changes_nothing() -> 
     duplex, rules, arm = session()
     eager = run()
     arm.arm = Arm.SRC
-    rules.warm_up()
+    warm_up(rules)
     rules.reset_stats()
     assert equal(eager, run())
     assert rules.sampled["ahead_used"] == 3 and rules.sampled["ahead_dropped"] == 3, rules.sampled

@@ -270,21 +270,6 @@ class BackboneRules(SamplingRules, AudioRules):
             self._install_steps()
         self.vendor = vendor
 
-    def warm_up(self) -> None:
-        """Warm and capture every catalog entry now, then put back what the warm-up wrote
-        (:mod:`~adapters.minicpmo45.warmup`: the carries' first slots, the token loops' device
-        state, the generators). Only under a replaying arm. The family's load and live switch
-        run the same steps through :func:`engine.warmup.warm_and_seal` instead."""
-        from adapters.minicpmo45.warmup import backbone_saved, backbone_steps
-
-        if not self.arm().replay:
-            return
-        restore = backbone_saved(self)
-        for step in backbone_steps(self):
-            step()
-        restore()
-        self.warmed = True
-
     def set_stage_timer(self, span: SpanFactory | None) -> None:
         """Each stage (:data:`STAGES`) also as ``span(stage)`` (the loop's ``Metrics.span``:
         the trace and the panel), or no spans with None."""
