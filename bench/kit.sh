@@ -92,7 +92,10 @@ if [[ ! -f "$vendor/tokenizer.json" ]]; then
     # folder made from PyPI if absent).
     site="${MO45_SITE:-$(mktemp -d)}"
     [[ -d "$site/transformers" ]] || "$py" -m pip install -q --no-deps --target "$site" \
-        transformers==4.51.0 tokenizers==0.21.4 huggingface-hub==0.36.2
+        transformers==4.51.0 tokenizers==0.21.4 huggingface-hub==0.36.2 tqdm==4.70.1 \
+        filelock==4.3.1 fsspec==2026.9.0 requests==2.34.2 urllib3==2.7.0 idna==3.20 \
+        charset-normalizer==3.4.7 certifi==2026.5.20 packaging==26.2 pyyaml==6.0.3 \
+        regex==2026.5.9 typing-extensions==4.16.0 safetensors==0.8.0
     PYTHONPATH="$site" HF_HUB_OFFLINE=1 "$py" - "$vendor" <<'TOKENIZER'
 import sys
 from transformers import Qwen2TokenizerFast
