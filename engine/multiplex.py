@@ -94,6 +94,7 @@ from engine.sizes import byte_text
 
 __all__ = [
     "AdmissionRefused",
+    "BindingRng",
     "Capacity",
     "Done",
     "Multiplexer",
@@ -167,12 +168,102 @@ class SessionRng:
             return nullcontext()
         return _both(self._lock, self.active())
 
+    @property
+    def lock(self) -> threading.RLock | None:
+        """The process's generator lock its eager calls take (None: one lane, not needed)."""
+        return self._lock
+
+    def hand_to(self, target: torch.Generator) -> None:
+        """CUDA: set ``target`` (a shared binding's graph-safe state) to this stream's seed and
+        Philox offset, so the binding's replays and eager calls draw this session's numbers."""
+        target.manual_seed(self._state.initial_seed())
+        target.set_offset(self._state.get_offset())
+
+    def take_from(self, target: torch.Generator) -> None:
+        """CUDA: this stream continues where ``target`` stands (after a period on it)."""
+        self._state.manual_seed(target.initial_seed())
+        self._state.set_offset(target.get_offset())
+
     def offset(self) -> int:
         """Where the stream stands (the Philox offset on CUDA; on the CPU a digest of the
         state), for traces and tests."""
         if self.cuda:
             return int(self._state.get_offset())
         return hash(bytes(self._state.numpy()))
+
+
+class BindingRng:
+    """The generator state of one set of bindings shared by the sessions of a lane.
+
+    A graph registers the generator state installed when it is captured and advances that
+    state's Philox offset on every replay. Bindings shared by many sessions are captured under
+    this object's own graph-safe state (CUDA); :meth:`serving` hands the running session's seed
+    and offset into it before the session's period (``manual_seed``, ``set_offset``) and reads
+    the offset back into the session's :class:`SessionRng` after, so each replay, and each eager
+    call under :meth:`eager` (the bindings' replay engine's ``eager_guard``), draws the numbers
+    the session would draw alone. On the CPU (no graphs; the vocoder's draws are host randomness,
+    so its classes run eagerly) :meth:`eager` is the serving session's own ``eager``.
+    One lane runs one period at a time, so one binding serves one session at a time.
+    """
+
+    def __init__(self, device: torch.device, lock: threading.RLock | None = None) -> None:
+        self.device, self._lock = device, lock
+        self.cuda = device.type == "cuda"
+        self._serving: SessionRng | None = None
+        self._state: Any = None
+        if self.cuda:
+            torch.cuda.init()  # type: ignore[no-untyped-call]
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self._generator = torch.cuda.default_generators[index]
+            self._state = self._generator.clone_state()
+
+    @property
+    def serving_rng(self) -> SessionRng | None:
+        """The session whose period (or opening) the bindings run now."""
+        return self._serving
+
+    @contextmanager
+    def serving(self, rng: SessionRng) -> Iterator[None]:
+        """The bindings draw ``rng``'s stream for the span (a period, a warm-up)."""
+        if self._serving is not None:
+            raise RuntimeError(
+                "shared bindings serve one session at a time: a lane runs one period at a time"
+            )
+        self._serving = rng
+        if self.cuda:
+            rng.hand_to(self._state)
+        try:
+            yield
+        finally:
+            if self.cuda:
+                rng.take_from(self._state)
+            self._serving = None
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """The bindings' state installed as the device's default generator (CUDA; the CPU: the
+        serving session's state), without the process lock."""
+        if self._serving is None:
+            raise RuntimeError("shared bindings ran outside a session's span (serving)")
+        if not self.cuda:
+            with self._serving.active():
+                yield
+            return
+        swapped = self._generator.graphsafe_get_state()
+        self._generator.graphsafe_set_state(self._state)
+        try:
+            yield
+        finally:
+            self._generator.graphsafe_set_state(swapped)
+
+    def eager(self) -> AbstractContextManager[None]:
+        """What an eager call of the shared bindings runs under: CUDA, the process lock (with
+        concurrent lanes) and this state installed; the CPU, the serving session's ``eager``."""
+        if self._serving is None:
+            raise RuntimeError("shared bindings ran outside a session's span (serving)")
+        if not self.cuda:
+            return self._serving.eager()
+        return _both(self._lock if self._lock is not None else nullcontext(), self.active())
 
 
 @dataclass(frozen=True)

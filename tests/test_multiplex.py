@@ -173,10 +173,12 @@ T2W_CALLS: dict[int, list[Any]] = {
 T2W_VOICES = {11: 11, 12: 11, 13: 13}
 
 
-def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
+def _t2w_payloads(
+    seed: int, device: str = "cpu", calls: dict[int, list[Any]] | None = None
+) -> list[tuple[Any, ...]]:
     g = torch.Generator().manual_seed(seed + 1000)
     out: list[tuple[Any, ...]] = []
-    for item in T2W_CALLS[seed]:
+    for item in (T2W_CALLS if calls is None else calls)[seed]:
         if isinstance(item, Arm):
             out.append(("arm", item))
         elif item == "reset":
@@ -189,16 +191,18 @@ def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
 
 
 def _speech_stepper(speech: Any) -> Callable[[tuple[Any, ...]], Any]:
-    def step(payload: tuple[Any, ...]) -> Any:
-        if payload[0] == "arm":
-            speech.set_arm(payload[1])
-        elif payload[0] == "reset":
-            speech.reset()
-        else:
-            return speech.push(payload[1], payload[2]).cpu()
-        return None
+    return lambda payload: speech_call(speech, payload)
 
-    return step
+
+def speech_call(speech: Any, payload: tuple[Any, ...]) -> Any:
+    """One payload of :func:`_t2w_payloads` on a speech stream: a switch, a reset or a push."""
+    if payload[0] == "arm":
+        speech.set_arm(payload[1])
+    elif payload[0] == "reset":
+        speech.reset()
+    else:
+        return speech.push(payload[1], payload[2]).cpu()
+    return None
 
 
 def test_token2wav_sessions_equal_each_alone_in_eager() -> None:
