@@ -11,50 +11,55 @@ share one accelerator").
 
 **What is shared and what is not.** The family's weights (and their device-resident constants)
 are loaded once; every session brings its own state: carry, rings, regions, sized by the
-declaration, and its own replay bindings over that state (graphs captured at its state's
-addresses). The sessions of one lane share that lane's graph resources
-(:mod:`engine.graph_lane`): the side stream warm-up and capture run on, the graph memory pool
-captures record into, and the staging buffers of non-aliased inputs. A lane runs one period at
-a time, in order, on one CUDA stream, so its graphs never replay concurrently; the engine's rule
-"static outputs are valid until the next replay of any operator" widens to "... of any session
-on the lane", and holds because a lane's engines deliver copies only: every output is copied
-out on the lane's stream right after its replay, inside the period, before the lane runs
-anything else (``ReplayEngine.register`` refuses ``copy_out=False`` on a lane; Token2Wav's,
-Moshi's and PersonaPlex's operators all copy out, and under the state rule Moshi's frame lives
-in the session's own regions). Closing a session frees its state and graphs; the lane's pool
-lives while any graph captured into it lives, and keeps its free blocks for the next session.
+declaration. Replay bindings come two ways (paper §2.2 allows both), chosen per family by
+arithmetic (full sizes, H200; ``docs/scaling.md`` has the measured table):
 
-Why per-session bindings on shared lane resources, and not the paper's other way (one set of
-bindings per lane, each session's state copied in and out around its period), by arithmetic
-(full sizes, H200; ``docs/scaling.md`` has the measured table):
+- *One set of bindings per lane (and voice): Token2Wav* (``adapters.token2wav.shared``). The
+  graphs are captured once, by the first session of a voice on a lane, over the lane's own
+  working state; every session owns only its declared state (carry and conv region: 575 MiB at
+  A = 458 frames; its conformer caches, at most 17.9; its vocoder tails), copied into the
+  lane's bound state before its period and out after, on the lane's stream: 2 x 575 MiB per
+  1-s period, ~0.6 ms of HBM time. A later admission captures nothing: it allocates its state
+  and writes the reset state into it (the per-session bindings took ~6.5 s and 8 captures, and
+  ~240 MiB beyond the declared state: the graphs' static outputs ~76 and executables ~165,
+  measured 2026-12-02). The constant is per set of bindings, not per session: one working state
+  (575), the graphs (~240) and the voice's prompt-only state. A binding bakes in one voice (its
+  prompt length is in every signature, its x-vector and prompt-only state are read by the
+  replayed operators), so sets are keyed by (lane, voice); and one generator state
+  (:class:`BindingRng`), into which each period hands the session's seed and Philox offset.
+- *Per-session bindings on shared lane resources: Moshi, PersonaPlex* (1,500 MiB declared
+  rings). Each session's graphs are captured at its own state's addresses; measured 1,740 MiB a
+  session, 1,564 allocated: 64 beyond the rings. One binding per lane would copy 2 x 1.5 GiB of
+  rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a 20-ms period; 10
+  sessions: 10 ms of every 80 ms) to save those 64 MiB; and a single binding serves one session
+  at a time, while per-session bindings let ``lanes`` sessions replay at once on their own
+  streams (a 7B Moshi frame is ~16 ms of launch-bound kernels: one binding time-shared caps
+  Moshi at five sessions per 80 ms).
 
-- *Token2Wav* (593 MiB declared: the carry at A = 458 frames is 572.5 MiB). Measured on the
-  H200 (2026-12-02): a later session of a known voice takes 816 MiB, 651 allocated: the carry
-  and conv region (575), its graphs' static outputs (~76: each flow class keeps the conformer
-  caches it returns), and outside the allocator its graphs' executables (~165). The stock
-  state, a prompt-only state per session and a pool and stream per session are gone (a voice's
-  prompt-only state is shared by its sessions; stream, pool and staging are the lane's). One
-  binding per lane would save those ~240 MiB and every capture of a later admission, and the
-  copies are cheap (2 x 575 MiB per 1-s period, ~0.6 ms); but a binding bakes in one voice
-  (its prompt length is in every signature, its x-vector is read by the replayed operators)
-  and one generator state (the vocoder draws in every graph), so each period would also have
-  to transplant the session's Philox seed and offset around the replay. That is the plan
-  (``docs/scaling.md``), not built yet.
-- *Moshi* (1,500 MiB declared rings). Measured 1,740 a session, 1,564 allocated: 64 beyond the
-  rings, the rest its own pool and stream caches, now the lane's. One binding per lane would
-  copy 2 x 1.5 GiB of rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a
-  20-ms period; 10 sessions: 10 ms of every 80 ms) to save those 64 MiB.
-- *Concurrency.* A single binding serves one session at a time; per-session bindings let
-  ``lanes`` sessions replay at once on their own streams (a 7B Moshi frame is ~16 ms of
-  launch-bound kernels, so one binding time-shared caps Moshi at five sessions per 80 ms).
+Either way the sessions of one lane share that lane's graph resources (:mod:`engine.graph_lane`):
+the side stream warm-up and capture run on, the graph memory pool captures record into, and the
+staging buffers of non-aliased inputs. A lane runs one period at a time, in order, on one CUDA
+stream, so its graphs never replay concurrently; the engine's rule "static outputs are valid
+until the next replay of any operator" widens to "... of any session on the lane", and holds
+because a lane's engines deliver copies only: every output is copied out on the lane's stream
+right after its replay, inside the period, before the lane runs anything else
+(``ReplayEngine.register`` refuses ``copy_out=False`` on a lane; Token2Wav's, Moshi's and
+PersonaPlex's operators all copy out, and under the state rule Moshi's frame lives in the
+session's own regions). Closing a session frees its state (and its graphs, per-session; shared
+bindings go with the last session on them); the lane's pool lives while any graph captured into
+it lives, and keeps its free blocks for the next capture.
 
 **Randomness.** Each session draws from its own generator state (:class:`SessionRng`), seeded by
 the session alone, so its draws are those of the same session run alone. On CUDA it is a
 graph-safe state of the device's default generator (``Generator.graphsafe_set_state``): a
 session's graphs are captured while its state is the default one, so each graph registers that
 session's state, and a replay advances that state's Philox offset and no other session's,
-whichever lane replays it. Eager calls (a stock arm, a miss, warm-up, capture) read the default
-generator, so they run while the session's state is installed, under one process lock
+whichever lane replays it. Shared bindings register their own state (:class:`BindingRng`): a
+replay reads the registered state's seed and offset when it is launched, so each period sets
+them to the serving session's (``manual_seed``, ``set_offset``) and the session takes the
+advanced offset back after (``SessionRng.hand_to`` / ``take_from``). Eager calls (a stock arm,
+a miss, warm-up, capture) read the default generator, so they run while the session's state (or
+the bindings' state, serving it) is installed, under one process lock
 (:attr:`Multiplexer.rng_lock`: the replay engine takes it through ``ReplayEngine.eager_guard``).
 On the CPU the state is the host generator's, installed around the whole period.
 

@@ -7,6 +7,10 @@ vocoder tails), warmed up and sealed, and its own synthetic backbone. Nothing a 
 is shared: the flow's only mutable buffers are the stock cache envelope, which the state-rule
 arms never touch: a session opened here runs S, SR or SRc (one loaded with the envelope may
 still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
+
+:meth:`Token2WavSessions.open_shared` is the other way (``adapters.token2wav.shared``): one set
+of bindings per (multiplexer lane, voice), captured by its first session; each session owns
+only its state, copied in and out around its period; a later session captures nothing.
 """
 
 from __future__ import annotations
