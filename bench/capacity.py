@@ -26,10 +26,17 @@ work (``steps`` driven, ``eager_warmups``, ``lane_probes``: classes a later sess
 captured without a probe of its own, ``captures``, ``capture_s``); ``admission_s`` summarizes
 the lanes' first sessions apart from the later ones.
 
+Bindings (Token2Wav): one set per (lane, voice) (``--bindings shared``, the default;
+``adapters.token2wav.shared``): the first session of a voice on a lane captures the set
+(``bindings`` "captured"), a later one captures nothing ("shared": it allocates its state and
+copies the reset state in); each admission records ``owned_mib``, what the session alone
+holds. ``--bindings session``: per-session bindings on the lane's resources.
+
 Memory: each admission's device bytes (``mem_get_info``) and allocated bytes, with its lane and,
 for Token2Wav, its voice and whether the voice was new (a new voice also makes the voice's
 prompt-only state, shared by its later sessions); the summary's per-session means leave out
-each lane's first session (it also opens the lane's pool and stream caches), split by known and
+each lane's first session (it also opens the lane's pool and stream caches; on shared bindings,
+every session that captured a set), split by known and
 new voice; every level records each lane's graph pool (reserved and allocated, ``lane_pools``).
 
 Workloads. Token2Wav (``synthetic``, MiniCPM-o 4.5's decoder): every session speaks every
