@@ -77,6 +77,9 @@ class LaneSpeech:
         self.stream: SpeechStream = model.speech
         self.sessions = 0
         self.loads = 0  # periods served (each one copy in, one copy out)
+        # What the stream holds between periods: empty tails (never another session's tensors).
+        n_mels = self.stream.hift.config.in_channels
+        self._empty = VocoderState.initial(n_mels, self.stream.device)
 
     def initial(self, arm: Arm) -> SessionState:
         """A new session's state at the reset state (allocated now: its carry and conv
@@ -85,11 +88,7 @@ class LaneSpeech:
             raise ValueError(
                 f"arm {arm} runs the stock path: a session on shared bindings runs S, SR or SRc"
             )
-        flow = self.stream.flow
-        n_mels = self.stream.hift.config.in_channels
-        return SessionState(
-            flow.rule.initial_value(), VocoderState.initial(n_mels, self.stream.device), arm
-        )
+        return SessionState(self.stream.flow.rule.initial_value(), self._empty, arm)
 
     def owned_bytes(self, state: SessionState) -> int:
         """Bytes of the tensors ``state`` holds that no other holder shares (the voice's
@@ -126,9 +125,7 @@ class LaneSpeech:
             finally:
                 flow.rule.save_value(state.rule)
                 state.vocoder, state.arm = stream.state, stream.arm
-                stream.state = VocoderState.initial(
-                    self.stream.hift.config.in_channels, stream.device
-                )
+                stream.state = self._empty
 
 
 class SharedSession:
