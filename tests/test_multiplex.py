@@ -50,6 +50,34 @@ def test_session_rngs_draw_as_if_alone() -> None:
         assert all(torch.equal(a, b) for a, b in zip(alone[seed], drawn[seed], strict=True))
 
 
+def test_binding_rng_serves_each_session_its_own_stream() -> None:
+    """Shared bindings' generator (``BindingRng``): sessions served in turn draw, through its
+    eager guard, what each draws alone; it serves one at a time and nothing outside a span."""
+    from engine.multiplex import BindingRng
+
+    alone = {}
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        alone[seed] = [torch.rand(3) for _ in range(4)]
+    shared = BindingRng(CPU)
+    rngs = {seed: SessionRng(CPU, seed) for seed in (1, 2)}
+    drawn: dict[int, list[torch.Tensor]] = {1: [], 2: []}
+    for i in range(4):
+        for seed in (2, 1) if i % 2 else (1, 2):
+            with rngs[seed].active(), shared.serving(rngs[seed]), shared.eager():
+                drawn[seed].append(torch.rand(3))
+    for seed in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(alone[seed], drawn[seed], strict=True))
+    with (
+        pytest.raises(RuntimeError, match="one session at a time"),
+        shared.serving(rngs[1]),
+        shared.serving(rngs[2]),
+    ):
+        pass
+    with pytest.raises(RuntimeError, match="outside a session's span"):
+        shared.eager()
+
+
 def _echo(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
     return (lambda payload: payload), None
 
