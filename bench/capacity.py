@@ -26,10 +26,17 @@ work (``steps`` driven, ``eager_warmups``, ``lane_probes``: classes a later sess
 captured without a probe of its own, ``captures``, ``capture_s``); ``admission_s`` summarizes
 the lanes' first sessions apart from the later ones.
 
+Bindings (Token2Wav): one set per (lane, voice) (``--bindings shared``, the default;
+``adapters.token2wav.shared``): the first session of a voice on a lane captures the set
+(``bindings`` "captured"), a later one captures nothing ("shared": it allocates its state and
+copies the reset state in); each admission records ``owned_mib``, what the session alone
+holds. ``--bindings session``: per-session bindings on the lane's resources.
+
 Memory: each admission's device bytes (``mem_get_info``) and allocated bytes, with its lane and,
 for Token2Wav, its voice and whether the voice was new (a new voice also makes the voice's
 prompt-only state, shared by its later sessions); the summary's per-session means leave out
-each lane's first session (it also opens the lane's pool and stream caches), split by known and
+each lane's first session (it also opens the lane's pool and stream caches; on shared bindings,
+every session that captured a set), split by known and
 new voice; every level records each lane's graph pool (reserved and allocated, ``lane_pools``).
 
 Workloads. Token2Wav (``synthetic``, MiniCPM-o 4.5's decoder): every session speaks every
@@ -91,32 +98,53 @@ def _digest(*parts: Any) -> str:
 
 
 class Token2WavSession:
-    """One speaking Token2Wav session: the declaration's windower into the decoder."""
+    """One speaking Token2Wav session: the declaration's windower into the decoder; on shared
+    bindings (``shared``) each period runs inside the session's ``period`` (its state copied
+    into its lane's bindings and out after)."""
 
-    def __init__(self, speech: Any) -> None:
-        self.speech, self.windower = speech.speech, speech.windower
+    def __init__(self, speech: Any, shared: Any = None) -> None:
+        self.shared = shared
+        if shared is None:
+            self.speech, self.windower = speech.speech, speech.windower
+        else:
+            self.speech, self.windower = None, shared.windower
 
     def step(self, payload: tuple[torch.Tensor, bool]) -> str:
+        if self.shared is None:
+            return self._step(self.speech, payload)
+        with self.shared.period() as speech:
+            return self._step(speech, payload)
+
+    def _step(self, speech: Any, payload: tuple[torch.Tensor, bool]) -> str:
         tokens, turn_end = payload
         pcm = []
         for call in self.windower.push(tokens, turn_end):
-            pcm.append(self.speech.push(call.tokens, call.last_chunk))
+            pcm.append(speech.push(call.tokens, call.last_chunk))
             if call.last_chunk:
-                self.speech.reset()
+                speech.reset()
         return _digest(*pcm)
 
     def reset(self) -> None:
         self.windower.reset()
-        self.speech.reset()
+        if self.shared is None:
+            self.speech.reset()
+            return
+        with self.shared.period() as speech:
+            speech.reset()
+
+    def owned_bytes(self) -> int | None:
+        """What the session alone holds of the decoder's state (shared bindings only)."""
+        return None if self.shared is None else int(self.shared.owned_bytes())
 
 
 class Token2WavLoad:
     key = "synthetic"
 
-    def __init__(self, request: ModelRequest, turn: int, voices: int) -> None:
+    def __init__(self, request: ModelRequest, turn: int, voices: int, shared: bool) -> None:
         self.source = SYNTHETIC.load_sessions(request, _quiet)
         self.period_s, self.turn, self.device = self.source.period_s, turn, request.device
         self.voices = voices  # 0: every session its own voice
+        self.shared = shared  # one set of bindings per (lane, voice), else per session
 
     def state_bytes(self, arm: Arm) -> int:
         return int(self.source.state_bytes(arm))
@@ -128,6 +156,11 @@ class Token2WavLoad:
     def open(self, seed: int, arm: Arm, rng: SessionRng | None) -> tuple[Any, Any, dict[str, Any]]:
         guard = rng.eager if rng is not None else None
         voice = self.voice(seed)
+        if arm.replay and self.shared and rng is not None:
+            held = self.source.voices_held()
+            shared, warmup = self.source.open_shared(seed, arm, rng, voice=voice)
+            info = {"voice": voice, "new_voice": self.source.voices_held() > held, **warmup}
+            return Token2WavSession(None, shared), shared.close, info
         if arm.replay:
             held = self.source.voices_held()
             speech, warmup = self.source.open_speech(seed, arm, guard, voice=voice)
@@ -168,7 +201,7 @@ class MoshiSession:
 class MoshiLoad:
     key = "moshi"
 
-    def __init__(self, request: ModelRequest, turn: int, voices: int) -> None:
+    def __init__(self, request: ModelRequest, turn: int, voices: int, shared: bool) -> None:
         self.source = MOSHI.load_sessions(request, _quiet)
         self.period_s = self.source.period_s
         self.spf = round(self.period_s * self.source.input_rate)
@@ -191,6 +224,8 @@ class MoshiLoad:
 
 
 LOADS = {"synthetic": Token2WavLoad, "moshi": MoshiLoad}
+# The levels a run sweeps unless told (bench/run_gpu.sh's parts name theirs).
+LEVELS = {"synthetic": [16, 32, 48, 64], "moshi": [4, 6, 8, 10, 12]}
 
 
 # -- the multiplexed run -----------------------------------------------------------------------
@@ -265,7 +300,10 @@ def multiplexed(
         mux.start()
     t_start = time.perf_counter()
     for level in args.levels:
-        opening = np.mean([a["open_s"] for a in admissions]) if admissions else 0.0
+        # What the next admissions are expected to take: on shared bindings a later session's
+        # (an allocation and a copy), else the mean of all so far.
+        later = [a["open_s"] for a in admissions if a.get("bindings") == "shared"]
+        opening = np.mean(later or [a["open_s"] for a in admissions]) if admissions else 0.0
         needed = opening * (level - len(sessions)) + (args.periods + 1) * period
         if time.perf_counter() - t_start + needed > args.budget_s:
             levels.append({"sessions": level, "skipped": f"would end past --budget-s {needed:.0f}"})
@@ -292,7 +330,8 @@ def multiplexed(
                     "open_s": round(time.perf_counter() - t0, 3),
                     "device_mib": round((used1 - used0) / MIB, 1),
                     "allocated_mib": round((alloc1 - alloc0) / MIB, 1),
-                    **{k: info[k] for k in ("voice", "new_voice") if k in info},
+                    **_owned(holder["session"]),
+                    **{k: info[k] for k in ("voice", "new_voice", "bindings") if k in info},
                     "warmup_s": info.get("seconds"),
                     # the warm-up's work: calls driven, eager warm-ups (probes), classes that
                     # took their lane's probe, captures and their time
@@ -338,6 +377,12 @@ def multiplexed(
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
 
 
+def _owned(session: Any) -> dict[str, float]:
+    """The MiB of state the session alone holds (Token2Wav on shared bindings)."""
+    owned = getattr(session, "owned_bytes", lambda: None)()
+    return {} if owned is None else {"owned_mib": round(owned / MIB, 1)}
+
+
 def _pools(mux: Multiplexer) -> list[dict[str, Any]]:
     """Each lane's graph pool (reserved and allocated MiB) and its sessions."""
     if not mux.cuda:
@@ -381,11 +426,17 @@ def _summary(
     exact: dict[str, Any] | None,
 ) -> dict[str, Any]:
     # The first session on each lane also opens the lane's pool and stream caches; a session
-    # whose voice is new also makes the voice's prompt-only state (shared by later ones).
-    first = {}
-    for a in admissions:
-        first.setdefault(a.get("lane"), a["session"])
-    extra = [a for a in admissions if a["session"] not in first.values()]
+    # whose voice is new also makes the voice's prompt-only state (shared by later ones). On
+    # shared bindings, the sessions that captured them (the first of a voice on a lane: the
+    # bindings' working state, graphs and executables) are set apart the same way.
+    if any("bindings" in a for a in admissions):
+        extra = [a for a in admissions if a.get("bindings") == "shared"]
+    else:
+        first = {}
+        for a in admissions:
+            first.setdefault(a.get("lane"), a["session"])
+        extra = [a for a in admissions if a["session"] not in first.values()]
+    shared = [a for a in admissions if a.get("bindings") in ("captured", "shared")]
     return {
         "arm": str(arm),
         "lanes": lanes,
@@ -397,9 +448,25 @@ def _summary(
         ),
         "per_session_device_mib_new_voice": _mean_mib([a for a in extra if a.get("new_voice")]),
         "per_session_allocated_mib": _mean_of(extra, "allocated_mib"),
+        "per_session_owned_mib": _mean_of(extra, "owned_mib"),
+        "owned_within_declared": all(
+            a["owned_mib"] <= round(load.state_bytes(arm) / MIB, 1)
+            for a in admissions
+            if "owned_mib" in a
+        ),
+        "bindings": (
+            {
+                "mode": "one set per (lane, voice)",
+                "sets": sum(a["bindings"] == "captured" for a in shared),
+                "sessions_on_shared": len(extra),
+            }
+            if shared
+            else {"mode": "per session"}
+        ),
         "admission_s": {
             "lane_first": _mean_of([a for a in admissions if a not in extra], "open_s"),
             "later": _mean_of(extra, "open_s"),
+            "later_max": max((a["open_s"] for a in extra), default=None),
         },
         "admissions": admissions,
         "levels": levels,
@@ -569,7 +636,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--family", choices=sorted(LOADS))
-    parser.add_argument("--levels", type=int, nargs="+", default=[2])
+    parser.add_argument("--levels", type=int, nargs="+", default=None, help=f"default {LEVELS}")
     parser.add_argument("--lanes", type=int, default=4, help="concurrent CUDA streams")
     parser.add_argument("--arm", default="SRc")
     parser.add_argument("--periods", type=int, default=None, help="per session and level")
@@ -581,6 +648,12 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true", help="one process per session")
     parser.add_argument("--merge", metavar="PARTS", type=Path, help="merge PARTS/*.json into OUT")
     parser.add_argument("--voices", type=int, default=0, help="Token2Wav: voices (0: one each)")
+    parser.add_argument(
+        "--bindings",
+        choices=("shared", "session"),
+        default="shared",
+        help="Token2Wav: one set of bindings per (lane, voice) (default), or per session",
+    )
     parser.add_argument("--tiny", action="store_true", help="the small config on the CPU")
     parser.add_argument("--tag", default="", help="suffix of the result's name (another sweep)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -592,6 +665,8 @@ def main() -> None:
         return
     if args.family is None:
         parser.error("--family is required (synthetic or moshi), or --merge")
+    if args.levels is None:
+        args.levels = [2] if args.tiny else LEVELS[args.family]
     device = torch.device("cpu" if args.tiny else "cuda")
     if args.periods is None:
         args.periods = 12 if args.family == "synthetic" else 100
@@ -608,7 +683,7 @@ def main() -> None:
         result = env | baseline(args, args.family, lambda r: _write(args.out, name, env | r))
     else:
         t0 = time.perf_counter()
-        load = LOADS[args.family](request, args.turn, args.voices)
+        load = LOADS[args.family](request, args.turn, args.voices, args.bindings == "shared")
         if args.child is not None:
             child(args, load, device)
             return

@@ -12,8 +12,9 @@
 #                               on GPU 1 (its seeds on GPUs 1 and 2 where there are three), each
 #                               loading its own 17 GB; in turn on one GPU. Needs .vendor/minicpmo45
 #                               (bench/kit.sh)
-#   DUPLEXCADENCE_BENCH=capacity-t2w  bench/capacity.py for Token2Wav, 16/32/48 sessions
-#                               (at most 9.5 minutes, ~5.5 expected)
+#   DUPLEXCADENCE_BENCH=capacity-t2w  bench/capacity.py for Token2Wav, 16/32/48/64 sessions on
+#                               shared bindings, then their GPU tests (at most 7.2 minutes,
+#                               ~3.5 expected)
 #   DUPLEXCADENCE_BENCH=capacity-moshi  bench/capacity.py for Moshi (4 and 6 lanes), its
 #                               one-process-per-session baseline, the multiplexer's gpu tests
 #                               (at most 7.5 minutes, ~5 expected)
@@ -114,11 +115,16 @@ capacity() {  # limit, then bench/capacity.py's arguments
         >> "$out/capacity.log" || status=1
 }
 if [[ "$what" == capacity || "$what" == capacity-t2w ]]; then
-    # Token2Wav 16/32/48 on 8 lanes (4 voices): load ~11 s; an admission ~6.5 s for a lane's
-    # first session (8 of them), ~3.5-4.5 s for a later one (its lane's probes taken: 7 calls,
-    # no probe); a level 9 s (8 periods of 1 s); the exact check at 48 ~35 s. ~5.5 minutes.
-    capacity 560 --family synthetic --levels 16 32 48 --lanes 8 --voices 4 --periods 8 \
-        --budget-s 430
+    # Token2Wav 16/32/48/64 on 8 lanes, 4 voices (one voice a lane: 8 sets of bindings, one
+    # per lane and voice): load ~11 s; the 8 admissions that capture a set ~6.5 s each, the
+    # 56 later ones an allocation (575 MiB) and a copy each, well under 1 s; a level ~9.5 s
+    # (8 periods of 1 s); the exact check at 64 (each session alone, two eager) ~45 s.
+    # ~2.5 minutes expected. Then the shared bindings' GPU tests (~1 minute).
+    capacity 330 --family synthetic --levels 16 32 48 64 --lanes 8 --voices 4 --periods 8 \
+        --budget-s 250
+    timeout 100 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
+        -k shared 2>&1 | grep -v '^rejection\|^capture' > "$out/multiplex_shared_gpu_tests.log"
+    ((PIPESTATUS[0] == 0)) || status=1
 fi
 if [[ "$what" == capacity || "$what" == capacity-moshi ]]; then
     # Moshi 4..12 on 4 lanes (~95 s: the first admission 18 s, then ~1 s each, a level 5 s),
@@ -131,7 +137,7 @@ if [[ "$what" == capacity || "$what" == capacity-moshi ]]; then
     # Token2Wav on two lanes (its third session captured with its lane's probes) against eager
     # alone, the lane's stream, per-session memory; Moshi's (~2 minutes) is in DUPLEXCADENCE_BENCH=tests.
     timeout 170 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
-        -k "(lane or memory) and not moshi" 2>&1 | grep -v '^rejection\|^capture' > "$out/multiplex_gpu_tests.log"
+        -k "(lane or memory) and not moshi and not shared" 2>&1 | grep -v '^rejection\|^capture' > "$out/multiplex_gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
 fi
 if [[ "$what" == capacity* ]]; then
@@ -139,6 +145,7 @@ if [[ "$what" == capacity* ]]; then
     python3 bench/capacity.py "$out" --merge "$parts" >> "$out/capacity.log" 2>&1
     tail -n 40 "$out/capacity.log"
     [[ -f "$out/multiplex_gpu_tests.log" ]] && tail -n 8 "$out/multiplex_gpu_tests.log"
+    [[ -f "$out/multiplex_shared_gpu_tests.log" ]] && tail -n 8 "$out/multiplex_shared_gpu_tests.log"
 fi
 if [[ "$what" == personaplex ]]; then
     python3 bench/personaplex.py "$out" ${DUPLEXCADENCE_BENCH_ARGS:-} 2>&1 \

@@ -200,6 +200,24 @@ def _overlap(a: int, b: int, a_len: int, b_len: int) -> bool:
     return a < b + b_len and b < a + a_len
 
 
+@dataclass(eq=False)
+class CarryValue:
+    """A carry's contents by value: its whole buffer, live extent and reserved slots.
+
+    What a session owns of a region when it runs on a binding it shares with other sessions
+    (``adapters.token2wav.shared``): the binding's working :class:`Carry` keeps the address the
+    graphs alias; each session's value is copied in before its period (:meth:`Carry.load`) and
+    out after (:meth:`Carry.save`). The buffer is the only allocation (the carry's size)."""
+
+    buffer: Tensor
+    extent: int
+    reserved: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.numel() * self.buffer.element_size()
+
+
 class Carry:
     """A region's retained cache in one preallocated buffer whose address never changes.
 
@@ -356,6 +374,31 @@ class Carry:
         self._write_base()
         self.resets += 1
         return self.view()
+
+    # -- by value (a session's own carry on a shared binding) -------------------------------
+
+    def initial_value(self) -> CarryValue:
+        """A new value at the reset state (the base written at offset 0): a buffer of this
+        carry's shape, the one allocation of a session that shares this carry's binding."""
+        buffer = torch.empty_like(self._buffer)
+        extent = self._base.shape[self.dim]
+        buffer.narrow(self.dim, 0, extent).copy_(self._base)
+        return CarryValue(buffer, extent)
+
+    def load(self, value: CarryValue) -> None:
+        """Take ``value`` over in place (the whole buffer: one device copy); the address stays."""
+        if value.buffer.shape != self._buffer.shape:
+            raise ValueError(
+                f"carry.load: a value of {tuple(value.buffer.shape)} into a carry of "
+                f"{tuple(self._buffer.shape)}: load values made by this carry's initial_value"
+            )
+        self._buffer.copy_(value.buffer)
+        self._extent, self._reserved = value.extent, value.reserved
+
+    def save(self, into: CarryValue) -> None:
+        """Write this carry's contents into ``into`` in place (one device copy)."""
+        into.buffer.copy_(self._buffer)
+        into.extent, into.reserved = self._extent, self._reserved
 
     # -- internals --------------------------------------------------------------------------
 

@@ -11,50 +11,55 @@ share one accelerator").
 
 **What is shared and what is not.** The family's weights (and their device-resident constants)
 are loaded once; every session brings its own state: carry, rings, regions, sized by the
-declaration, and its own replay bindings over that state (graphs captured at its state's
-addresses). The sessions of one lane share that lane's graph resources
-(:mod:`engine.graph_lane`): the side stream warm-up and capture run on, the graph memory pool
-captures record into, and the staging buffers of non-aliased inputs. A lane runs one period at
-a time, in order, on one CUDA stream, so its graphs never replay concurrently; the engine's rule
-"static outputs are valid until the next replay of any operator" widens to "... of any session
-on the lane", and holds because a lane's engines deliver copies only: every output is copied
-out on the lane's stream right after its replay, inside the period, before the lane runs
-anything else (``ReplayEngine.register`` refuses ``copy_out=False`` on a lane; Token2Wav's,
-Moshi's and PersonaPlex's operators all copy out, and under the state rule Moshi's frame lives
-in the session's own regions). Closing a session frees its state and graphs; the lane's pool
-lives while any graph captured into it lives, and keeps its free blocks for the next session.
+declaration. Replay bindings come two ways (paper §2.2 allows both), chosen per family by
+arithmetic (full sizes, H200; ``docs/scaling.md`` has the measured table):
 
-Why per-session bindings on shared lane resources, and not the paper's other way (one set of
-bindings per lane, each session's state copied in and out around its period), by arithmetic
-(full sizes, H200; ``docs/scaling.md`` has the measured table):
+- *One set of bindings per lane (and voice): Token2Wav* (``adapters.token2wav.shared``). The
+  graphs are captured once, by the first session of a voice on a lane, over the lane's own
+  working state; every session owns only its declared state (carry and conv region: 575 MiB at
+  A = 458 frames; its conformer caches, at most 17.9; its vocoder tails), copied into the
+  lane's bound state before its period and out after, on the lane's stream: 2 x 575 MiB per
+  1-s period, ~0.6 ms of HBM time. A later admission captures nothing: it allocates its state
+  and writes the reset state into it (the per-session bindings took ~6.5 s and 8 captures, and
+  ~240 MiB beyond the declared state: the graphs' static outputs ~76 and executables ~165,
+  measured 2026-12-02). The constant is per set of bindings, not per session: one working state
+  (575), the graphs (~240) and the voice's prompt-only state. A binding bakes in one voice (its
+  prompt length is in every signature, its x-vector and prompt-only state are read by the
+  replayed operators), so sets are keyed by (lane, voice); and one generator state
+  (:class:`BindingRng`), into which each period hands the session's seed and Philox offset.
+- *Per-session bindings on shared lane resources: Moshi, PersonaPlex* (1,500 MiB declared
+  rings). Each session's graphs are captured at its own state's addresses; measured 1,740 MiB a
+  session, 1,564 allocated: 64 beyond the rings. One binding per lane would copy 2 x 1.5 GiB of
+  rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a 20-ms period; 10
+  sessions: 10 ms of every 80 ms) to save those 64 MiB; and a single binding serves one session
+  at a time, while per-session bindings let ``lanes`` sessions replay at once on their own
+  streams (a 7B Moshi frame is ~16 ms of launch-bound kernels: one binding time-shared caps
+  Moshi at five sessions per 80 ms).
 
-- *Token2Wav* (593 MiB declared: the carry at A = 458 frames is 572.5 MiB). Measured on the
-  H200 (2026-12-02): a later session of a known voice takes 816 MiB, 651 allocated: the carry
-  and conv region (575), its graphs' static outputs (~76: each flow class keeps the conformer
-  caches it returns), and outside the allocator its graphs' executables (~165). The stock
-  state, a prompt-only state per session and a pool and stream per session are gone (a voice's
-  prompt-only state is shared by its sessions; stream, pool and staging are the lane's). One
-  binding per lane would save those ~240 MiB and every capture of a later admission, and the
-  copies are cheap (2 x 575 MiB per 1-s period, ~0.6 ms); but a binding bakes in one voice
-  (its prompt length is in every signature, its x-vector is read by the replayed operators)
-  and one generator state (the vocoder draws in every graph), so each period would also have
-  to transplant the session's Philox seed and offset around the replay. That is the plan
-  (``docs/scaling.md``), not built yet.
-- *Moshi* (1,500 MiB declared rings). Measured 1,740 a session, 1,564 allocated: 64 beyond the
-  rings, the rest its own pool and stream caches, now the lane's. One binding per lane would
-  copy 2 x 1.5 GiB of rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a
-  20-ms period; 10 sessions: 10 ms of every 80 ms) to save those 64 MiB.
-- *Concurrency.* A single binding serves one session at a time; per-session bindings let
-  ``lanes`` sessions replay at once on their own streams (a 7B Moshi frame is ~16 ms of
-  launch-bound kernels, so one binding time-shared caps Moshi at five sessions per 80 ms).
+Either way the sessions of one lane share that lane's graph resources (:mod:`engine.graph_lane`):
+the side stream warm-up and capture run on, the graph memory pool captures record into, and the
+staging buffers of non-aliased inputs. A lane runs one period at a time, in order, on one CUDA
+stream, so its graphs never replay concurrently; the engine's rule "static outputs are valid
+until the next replay of any operator" widens to "... of any session on the lane", and holds
+because a lane's engines deliver copies only: every output is copied out on the lane's stream
+right after its replay, inside the period, before the lane runs anything else
+(``ReplayEngine.register`` refuses ``copy_out=False`` on a lane; Token2Wav's, Moshi's and
+PersonaPlex's operators all copy out, and under the state rule Moshi's frame lives in the
+session's own regions). Closing a session frees its state (and its graphs, per-session; shared
+bindings go with the last session on them); the lane's pool lives while any graph captured into
+it lives, and keeps its free blocks for the next capture.
 
 **Randomness.** Each session draws from its own generator state (:class:`SessionRng`), seeded by
 the session alone, so its draws are those of the same session run alone. On CUDA it is a
 graph-safe state of the device's default generator (``Generator.graphsafe_set_state``): a
 session's graphs are captured while its state is the default one, so each graph registers that
 session's state, and a replay advances that state's Philox offset and no other session's,
-whichever lane replays it. Eager calls (a stock arm, a miss, warm-up, capture) read the default
-generator, so they run while the session's state is installed, under one process lock
+whichever lane replays it. Shared bindings register their own state (:class:`BindingRng`): a
+replay reads the registered state's seed and offset when it is launched, so each period sets
+them to the serving session's (``manual_seed``, ``set_offset``) and the session takes the
+advanced offset back after (``SessionRng.hand_to`` / ``take_from``). Eager calls (a stock arm,
+a miss, warm-up, capture) read the default generator, so they run while the session's state (or
+the bindings' state, serving it) is installed, under one process lock
 (:attr:`Multiplexer.rng_lock`: the replay engine takes it through ``ReplayEngine.eager_guard``).
 On the CPU the state is the host generator's, installed around the whole period.
 
@@ -94,6 +99,7 @@ from engine.sizes import byte_text
 
 __all__ = [
     "AdmissionRefused",
+    "BindingRng",
     "Capacity",
     "Done",
     "Multiplexer",
@@ -167,12 +173,102 @@ class SessionRng:
             return nullcontext()
         return _both(self._lock, self.active())
 
+    @property
+    def lock(self) -> threading.RLock | None:
+        """The process's generator lock its eager calls take (None: one lane, not needed)."""
+        return self._lock
+
+    def hand_to(self, target: torch.Generator) -> None:
+        """CUDA: set ``target`` (a shared binding's graph-safe state) to this stream's seed and
+        Philox offset, so the binding's replays and eager calls draw this session's numbers."""
+        target.manual_seed(self._state.initial_seed())
+        target.set_offset(self._state.get_offset())
+
+    def take_from(self, target: torch.Generator) -> None:
+        """CUDA: this stream continues where ``target`` stands (after a period on it)."""
+        self._state.manual_seed(target.initial_seed())
+        self._state.set_offset(target.get_offset())
+
     def offset(self) -> int:
         """Where the stream stands (the Philox offset on CUDA; on the CPU a digest of the
         state), for traces and tests."""
         if self.cuda:
             return int(self._state.get_offset())
         return hash(bytes(self._state.numpy()))
+
+
+class BindingRng:
+    """The generator state of one set of bindings shared by the sessions of a lane.
+
+    A graph registers the generator state installed when it is captured and advances that
+    state's Philox offset on every replay. Bindings shared by many sessions are captured under
+    this object's own graph-safe state (CUDA); :meth:`serving` hands the running session's seed
+    and offset into it before the session's period (``manual_seed``, ``set_offset``) and reads
+    the offset back into the session's :class:`SessionRng` after, so each replay, and each eager
+    call under :meth:`eager` (the bindings' replay engine's ``eager_guard``), draws the numbers
+    the session would draw alone. On the CPU (no graphs; the vocoder's draws are host randomness,
+    so its classes run eagerly) :meth:`eager` is the serving session's own ``eager``.
+    One lane runs one period at a time, so one binding serves one session at a time.
+    """
+
+    def __init__(self, device: torch.device, lock: threading.RLock | None = None) -> None:
+        self.device, self._lock = device, lock
+        self.cuda = device.type == "cuda"
+        self._serving: SessionRng | None = None
+        self._state: Any = None
+        if self.cuda:
+            torch.cuda.init()  # type: ignore[no-untyped-call]
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self._generator = torch.cuda.default_generators[index]
+            self._state = self._generator.clone_state()
+
+    @property
+    def serving_rng(self) -> SessionRng | None:
+        """The session whose period (or opening) the bindings run now."""
+        return self._serving
+
+    @contextmanager
+    def serving(self, rng: SessionRng) -> Iterator[None]:
+        """The bindings draw ``rng``'s stream for the span (a period, a warm-up)."""
+        if self._serving is not None:
+            raise RuntimeError(
+                "shared bindings serve one session at a time: a lane runs one period at a time"
+            )
+        self._serving = rng
+        if self.cuda:
+            rng.hand_to(self._state)
+        try:
+            yield
+        finally:
+            if self.cuda:
+                rng.take_from(self._state)
+            self._serving = None
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """The bindings' state installed as the device's default generator (CUDA; the CPU: the
+        serving session's state), without the process lock."""
+        if self._serving is None:
+            raise RuntimeError("shared bindings ran outside a session's span (serving)")
+        if not self.cuda:
+            with self._serving.active():
+                yield
+            return
+        swapped = self._generator.graphsafe_get_state()
+        self._generator.graphsafe_set_state(self._state)
+        try:
+            yield
+        finally:
+            self._generator.graphsafe_set_state(swapped)
+
+    def eager(self) -> AbstractContextManager[None]:
+        """What an eager call of the shared bindings runs under: CUDA, the process lock (with
+        concurrent lanes) and this state installed; the CPU, the serving session's ``eager``."""
+        if self._serving is None:
+            raise RuntimeError("shared bindings ran outside a session's span (serving)")
+        if not self.cuda:
+            return self._serving.eager()
+        return _both(self._lock if self._lock is not None else nullcontext(), self.active())
 
 
 @dataclass(frozen=True)

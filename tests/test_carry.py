@@ -296,3 +296,26 @@ def test_carries_sharing_one_base_reset_in_place_and_never_write_it() -> None:
             assert c.data_ptr() == ptr and c.view().data_ptr() == ptr, "reset must not reallocate"
             assert c.extent == P and torch.equal(c.view(), base)
     assert torch.equal(base, pristine), "a carry wrote the shared prompt-only base"
+
+
+def test_a_value_round_trips_through_one_working_carry() -> None:
+    """Two sessions' values (``CarryValue``) take turns on one working carry (a shared
+    binding's): each continues exactly as its own carry would, at the working carry's one
+    address; the base is never written."""
+    base = torch.arange(24.0).reshape(1, 6, 4)
+    kw = {"dim": 1, "prompt": 2, "history": 3, "order": Order.OLDEST_FIRST, "capacity": 9}
+    work, own = Carry(base.clone(), **kw), [Carry(base.clone(), **kw) for _ in range(2)]
+    values = [work.initial_value() for _ in range(2)]
+    address = work.data_ptr()
+    for step in range(4):
+        for i in (0, 1):
+            new = torch.full((1, 2, 4), 100.0 * i + step)
+            work.load(values[i])
+            work.append(new)
+            work.save(values[i])
+            own[i].append(new)
+            assert values[i].extent == own[i].extent
+            assert torch.equal(values[i].buffer.narrow(1, 0, own[i].extent), own[i].view())
+    assert work.data_ptr() == address and values[0].nbytes == work.buffer.numel() * 4
+    with pytest.raises(ValueError, match="initial_value"):
+        work.load(Carry(base.clone(), **{**kw, "capacity": 10}).initial_value())

@@ -50,6 +50,34 @@ def test_session_rngs_draw_as_if_alone() -> None:
         assert all(torch.equal(a, b) for a, b in zip(alone[seed], drawn[seed], strict=True))
 
 
+def test_binding_rng_serves_each_session_its_own_stream() -> None:
+    """Shared bindings' generator (``BindingRng``): sessions served in turn draw, through its
+    eager guard, what each draws alone; it serves one at a time and nothing outside a span."""
+    from engine.multiplex import BindingRng
+
+    alone = {}
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        alone[seed] = [torch.rand(3) for _ in range(4)]
+    shared = BindingRng(CPU)
+    rngs = {seed: SessionRng(CPU, seed) for seed in (1, 2)}
+    drawn: dict[int, list[torch.Tensor]] = {1: [], 2: []}
+    for i in range(4):
+        for seed in (2, 1) if i % 2 else (1, 2):
+            with rngs[seed].active(), shared.serving(rngs[seed]), shared.eager():
+                drawn[seed].append(torch.rand(3))
+    for seed in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(alone[seed], drawn[seed], strict=True))
+    with (
+        pytest.raises(RuntimeError, match="one session at a time"),
+        shared.serving(rngs[1]),
+        shared.serving(rngs[2]),
+    ):
+        pass
+    with pytest.raises(RuntimeError, match="outside a session's span"):
+        shared.eager()
+
+
 def _echo(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
     return (lambda payload: payload), None
 
@@ -173,10 +201,12 @@ T2W_CALLS: dict[int, list[Any]] = {
 T2W_VOICES = {11: 11, 12: 11, 13: 13}
 
 
-def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
+def _t2w_payloads(
+    seed: int, device: str = "cpu", calls: dict[int, list[Any]] | None = None
+) -> list[tuple[Any, ...]]:
     g = torch.Generator().manual_seed(seed + 1000)
     out: list[tuple[Any, ...]] = []
-    for item in T2W_CALLS[seed]:
+    for item in (T2W_CALLS if calls is None else calls)[seed]:
         if isinstance(item, Arm):
             out.append(("arm", item))
         elif item == "reset":
@@ -189,16 +219,18 @@ def _t2w_payloads(seed: int, device: str = "cpu") -> list[tuple[Any, ...]]:
 
 
 def _speech_stepper(speech: Any) -> Callable[[tuple[Any, ...]], Any]:
-    def step(payload: tuple[Any, ...]) -> Any:
-        if payload[0] == "arm":
-            speech.set_arm(payload[1])
-        elif payload[0] == "reset":
-            speech.reset()
-        else:
-            return speech.push(payload[1], payload[2]).cpu()
-        return None
+    return lambda payload: speech_call(speech, payload)
 
-    return step
+
+def speech_call(speech: Any, payload: tuple[Any, ...]) -> Any:
+    """One payload of :func:`_t2w_payloads` on a speech stream: a switch, a reset or a push."""
+    if payload[0] == "arm":
+        speech.set_arm(payload[1])
+    elif payload[0] == "reset":
+        speech.reset()
+    else:
+        return speech.push(payload[1], payload[2]).cpu()
+    return None
 
 
 def test_token2wav_sessions_equal_each_alone_in_eager() -> None:

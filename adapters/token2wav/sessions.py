@@ -7,6 +7,10 @@ vocoder tails), warmed up and sealed, and its own synthetic backbone. Nothing a 
 is shared: the flow's only mutable buffers are the stock cache envelope, which the state-rule
 arms never touch: a session opened here runs S, SR or SRc (one loaded with the envelope may
 still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
+
+:meth:`Token2WavSessions.open_shared` is the other way (``adapters.token2wav.shared``): one set
+of bindings per (multiplexer lane, voice), captured by its first session; each session owns
+only its state, copied in and out around its period; a later session captures nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+import torch
+
 from adapters.face import EagerGuard, FamilyError, LoadedModel, ModelRequest, Progress
 from adapters.token2wav.binding import FlowBinding, bind_flow
 from adapters.token2wav.prompt import VoicePrompt
+from adapters.token2wav.shared import LaneSpeech, SharedSession
 from adapters.token2wav.speech import SpeechStream
 from adapters.token2wav.speech_model import SpeechModel
 from adapters.token2wav.states import PromptState
@@ -25,6 +32,8 @@ from adapters.token2wav.stream import FlowStream
 from adapters.turns.vad import RATE
 from engine.arms import Arm
 from engine.contract import Declaration
+from engine.graph_lane import GraphLane, current_lane
+from engine.multiplex import BindingRng, SessionRng
 from engine.replay import ReplayEngine
 from engine.windows import TokenWindower
 
@@ -86,6 +95,8 @@ class Token2WavSessions:
             weakref.WeakValueDictionary()
         )
         self._kept: dict[int, VoicePrompt] = {}  # a live prompt state's voice
+        # One set of bindings per (multiplexer lane, voice), while a session runs on it.
+        self._shared: dict[tuple[GraphLane | None, int | None], LaneSpeech] = {}
 
     def state_bytes(self, arm: Arm) -> int:
         """One session's state under ``arm``: the declaration's plan at the request's voice."""
@@ -194,6 +205,47 @@ class Token2WavSessions:
         speech = self.speech(prompt, arm, eager_guard, prompt=state)
         warmup = self.face.warm_up(speech, request, _quiet, None)
         return speech, warmup
+
+    def open_shared(
+        self, seed: int, arm: Arm, rng: SessionRng, voice: int | None = None
+    ) -> tuple[SharedSession, dict[str, Any]]:
+        """A session on its lane's bindings for its voice (``adapters.token2wav.shared``); with
+        what its opening did. The first session of a voice on a lane (the lane is the one the
+        multiplexer opens it on, :func:`engine.graph_lane.current_lane`) makes the bindings:
+        warm-up and captures under the bindings' own generator state, serving ``rng``; a later
+        one captures nothing (``steps`` 0): it allocates its state and writes the reset state
+        into it. Its stream starts from its seed either way. Call it with no period running
+        (the multiplexer's ``admit``)."""
+        if not arm.state_rule:
+            raise FamilyError(
+                f"arm {arm} runs the stock path: a session on shared bindings runs S, SR or SRc",
+                "arm",
+            )
+        key = (current_lane(), self._voice_key(seed if voice is None else voice))
+        lane = self._shared.get(key)
+        info: dict[str, Any] = {"bindings": "shared"}
+        if lane is None:
+            binding_rng = BindingRng(torch.device(self.request.device), rng.lock)
+            prompt, state = self.prompt_state(seed if voice is None else voice)
+            model = self.speech(prompt, arm, binding_rng.eager, prompt=state)
+            request = replace(self.request, seed=seed, arm=arm)
+            with binding_rng.serving(rng):
+                info |= self.face.warm_up(model, request, _quiet, None)
+            lane = self._shared[key] = LaneSpeech(model, binding_rng)
+            info["bindings"] = "captured"
+        else:
+            info |= {"steps": 0, "eager_warmups": 0, "lane_probes": 0, "captures": 0}
+        rng.reseed()  # the conversation's draws do not depend on the warm-up
+
+        def release(lane: LaneSpeech = lane) -> None:
+            if lane.sessions == 0 and self._shared.get(key) is lane:
+                del self._shared[key]
+
+        return SharedSession(lane, rng, arm, release), info
+
+    def shared_bindings(self) -> int:
+        """Sets of bindings (lane, voice) a live session runs on."""
+        return len(self._shared)
 
     def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None = None) -> LoadedModel:
         """A session: its decoder (:meth:`open_speech`) under the synthetic backbone."""

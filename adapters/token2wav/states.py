@@ -31,7 +31,7 @@ from adapters.token2wav.dit import CFG_BATCH
 from adapters.token2wav.flow import CausalMaskedDiffWithXvec, FlowCache
 from adapters.token2wav.stock import StockStream
 from engine.audit import AuditedCarry, Auditor, CarryLike, audited
-from engine.carry import Carry
+from engine.carry import Carry, CarryValue
 
 STOCK_KEYS = (
     "conformer_cnn_cache",
@@ -154,10 +154,48 @@ class RuleState:
         self.cnn.copy_(cnn)
         self.conformer = conformer_state(state)
 
+    @property
+    def prompt_conformer(self) -> FlowCache:
+        """The voice's prompt-only conformer caches (shared, read-only), what a reset restores."""
+        return self._prompt_conformer
+
+    # -- by value: a session's own state on bindings shared by a lane ----------------------
+
+    def initial_value(self) -> RuleValue:
+        """A session's own regions at the reset state: a carry buffer and a conv region of
+        this state's shapes (its two allocations); the conformer starts as the voice's shared
+        prompt-only one (the session's own comes with its first call's outputs)."""
+        return RuleValue(self.carry.initial_value(), self._cnn_base.clone(), self._prompt_conformer)
+
+    def load_value(self, value: RuleValue) -> None:
+        """Take ``value`` over in place, at this state's addresses (what the graphs alias); the
+        carry is loaded bare, outside audit mode (a shared binding is not audited)."""
+        self.carry.load(value.carry)
+        self.cnn.copy_(value.cnn)
+        self.conformer = dict(value.conformer)
+
+    def save_value(self, value: RuleValue) -> None:
+        """Write this state into ``value`` in place, and drop the references to its conformer
+        (this state then holds the prompt's, never another session's tensors)."""
+        self.carry.save(value.carry)
+        value.cnn.copy_(self.cnn)
+        value.conformer = dict(self.conformer)
+        self.conformer = dict(self._prompt_conformer)
+
     def settle(self, extent: int, conformer: FlowCache) -> None:
         """After a call wrote ``extent`` frames through the carry: retention, in place."""
         self.writer.settle(extent)
         self.conformer = conformer
+
+
+@dataclass(eq=False)
+class RuleValue:
+    """A :class:`RuleState` by value: the carry's buffer and extent, the conv region, the
+    conformer caches (fresh tensors per call, held by reference)."""
+
+    carry: CarryValue
+    cnn: Tensor
+    conformer: FlowCache
 
 
 def conformer_state(state: FlowCache) -> FlowCache:

@@ -115,3 +115,81 @@ def _tensors(obj: object) -> list[object]:
     if isinstance(obj, tuple | list):
         return [t for item in obj for t in _tensors(item)]
     return []
+
+
+# -- one set of Token2Wav bindings per lane and voice (adapters.token2wav.shared) ----------------
+
+
+def test_shared_bindings_hand_each_session_its_own_random_stream() -> None:
+    """Small config, two lanes: sessions of one voice on one lane's bindings (graphs captured
+    once, under the bindings' own generator state), interleaved with different inputs, turn
+    resets and arm switches, each equal itself alone in eager bit for bit. The vocoder draws
+    device randomness inside its replayed graphs, so the seed and Philox offset handed in and
+    read back around each period are what make each session draw its own numbers."""
+    from tests.test_shared_bindings import REQUEST, shared_sessions_equal_alone
+
+    request = ModelRequest(
+        device="cuda", model_size="small", arm=Arm.SRC, seed=0, n_steps=REQUEST.n_steps
+    )
+    for lanes in (1, 2):
+        got = shared_sessions_equal_alone(request, lanes=lanes)
+        vocoder = got["sessions"][31].model.replay._ops["hift_chunk"]
+        assert vocoder.captured() and vocoder.counters.hits > 0  # drew inside graphs
+
+
+def test_shared_token2wav_session_memory_is_its_declared_state() -> None:
+    """Full size, one lane, three sessions of one voice: the first captures the bindings; the
+    later two capture nothing and each allocates its carry and conv region (the plan's bounds,
+    575 MiB) and nothing else: device memory per added session within the declared state
+    (592.9 MiB) plus the allocator's 2-MiB rounding; the admission is an allocation and a copy.
+    """
+    import time
+
+    import torch
+
+    from adapters.registry import family
+    from engine.multiplex import Capacity, Multiplexer, SessionRng
+    from engine.plan import make_plan
+    from tests.test_multiplex import _quiet
+
+    request = ModelRequest(device="cuda", model_size="full", arm=Arm.SRC, seed=0)
+    source = family("synthetic").load_sessions(request, _quiet)
+    mux = Multiplexer(torch.device("cuda"), Capacity(lanes=1))
+    opened: list[tuple[object, dict[str, object]]] = []
+
+    def opener(rng: SessionRng) -> tuple[object, object]:
+        session, info = source.open_shared(1000 + len(opened), Arm.SRC, rng, voice=1000)
+        opened.append((session, info))
+        return (lambda payload: None), session.close
+
+    used, allocated, seconds = [], [], []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        before, alloc0 = torch.cuda.mem_get_info()[0], torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        mux.admit(opener, seed=1000 + len(opened), period_s=source.period_s)
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - t0)
+        used.append(before - torch.cuda.mem_get_info()[0])
+        allocated.append(torch.cuda.memory_allocated() - alloc0)
+    declared = source.state_bytes(Arm.SRC)
+    plan = make_plan(source.declaration, {"f_prompt": request.voice_frames})
+    regions = plan.region("estimator_att").demand_bytes + plan.region("estimator_cnn").demand_bytes
+    owned = [s.owned_bytes() for s, _ in opened]  # type: ignore[attr-defined]
+    record(
+        "multiplex_shared_session_memory",
+        admission_mib=[round(u / 2**20, 1) for u in used],
+        allocated_mib=[round(a / 2**20, 1) for a in allocated],
+        owned_mib=[round(o / 2**20, 1) for o in owned],
+        admission_s=[round(s, 3) for s in seconds],
+        captures=[info["captures"] for _, info in opened],
+        declared_mib=round(declared / 2**20, 1),
+        regions_mib=round(regions / 2**20, 1),
+    )
+    assert [info["captures"] for _, info in opened][1:] == [0, 0]
+    assert max(seconds[1:]) < 1.0, seconds  # an allocation and a copy
+    assert owned[1:] == [regions, regions]
+    for k in (1, 2):
+        assert allocated[k] <= regions + (4 << 20), (allocated, regions)
+        assert used[k] <= declared + (4 << 20), (used, declared)
+    mux.shutdown()
