@@ -8,7 +8,8 @@ fresh streaming state inside its graph), and writes the samples back with host i
 package pins an old torch and collides with ``moshi``, so :class:`StyleLoop` restates that
 structure over the PyPI package's modules (read from its code, written here): the same work, in
 its own shape, so its time is what PersonaPlex's graphs cost on these kernels and its tokens
-check ours independently (every frame, the prompt phase included, must be equal).
+check ours independently (every frame, the prompt phase included, must be equal). Its RMS norms
+run eager, as PersonaPlex's do (:mod:`adapters.personaplex.norms`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor
 
 from adapters.moshi.checkpoint import MoshiModels
+from adapters.personaplex.norms import eager_norms
 from adapters.personaplex.prompt import SILENCE_CODES, SINE_CODES, Role, Voice
 from bench.moshi import Frame, _graphs, exact_frames, peak, percentiles, sync, timed_frames
 
@@ -36,6 +38,7 @@ class StyleLoop:
         from moshi.utils.compile import CUDAGraphed
 
         lm = models.lm
+        eager_norms(lm)  # PersonaPlex's norms run eager (moshi's are compiled on CUDA)
         self.lm, self.mimi, self.sdpa = lm, models.mimi, sdpa
         self.gen = LMGen(lm)  # its sampling defaults only
         self.q: int = models.mimi.num_codebooks

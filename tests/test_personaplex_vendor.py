@@ -66,6 +66,87 @@ def test_another_sampling_seed_is_told_apart(tmp_path: Path) -> None:
     assert theirs["exact_frames"] < FRAMES
 
 
+@needs_code
+@pytest.mark.timeout(600)
+def test_our_eager_compiles_what_personaplex_compiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA both packages compile some functions (``torch_compile_lazy``) and run the rest
+    eager; a function compiled on one side only rounds differently there (the H200 run at the
+    released shapes differed at frame 1: moshi 0.2.13 compiles ``_rms_norm``, PersonaPlex does
+    not). The CPU turns compile off, so here compile is left on as on CUDA and ``torch.compile``
+    is a stand-in whose functions nudge every float they return: a function compiled on one
+    side only changes that side's values, and the tokens part at once."""
+    import contextlib
+
+    import moshi.modules.transformer
+    import moshi.utils.compile
+    import torch
+
+    from bench.personaplex_vendor import load_code
+
+    pp = load_code()
+    for module in (
+        moshi.utils.compile,
+        moshi.modules.transformer,
+        pp.utils.compile,
+        pp.modules.transformer,
+    ):  # the switches CUDA leaves on (their layers', the CPU's in both loops); not Mimi's
+        monkeypatch.setattr(module, "no_compile", contextlib.nullcontext)
+    seen: set[str] = set()
+    monkeypatch.setattr(torch, "compile", lambda fn, *a, **k: _nudging_compile(fn, seen))
+    compiled = _lazy_compiled(("moshi.", pp.__name__ + "."))
+    if not compiled:
+        pytest.skip("NO_TORCH_COMPILE is set: nothing is compiled lazily")
+    for cell in compiled:  # compiled afresh under the stand-in, and put back after
+        monkeypatch.setattr(cell, "cell_contents", None)
+    theirs = _run(tmp_path, run="eager")
+    assert theirs["first_difference"] is None
+    assert theirs["exact_frames"] == theirs["frames"] == FRAMES
+    both = {"gating_forward_kernel", "apply_rope"}  # compiled on both sides, so nudged alike
+    assert {f"{p}.{f}" for p in ("moshi", pp.__name__) for f in both} <= seen, seen
+
+
+def _nudging_compile(fn: object, seen: set[str]) -> object:
+    """``torch.compile``'s stand-in: ``fn`` with every float it returns nudged by 2**-6."""
+    import torch
+
+    seen.add(f"{fn.__module__.split('.')[0]}.{fn.__qualname__}")  # type: ignore[attr-defined]
+
+    def nudge(value: object) -> object:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value + value * 2**-6
+        if isinstance(value, tuple):
+            return tuple(nudge(v) for v in value)
+        return value
+
+    def compiled(*a: object, **k: object) -> object:
+        return nudge(fn(*a, **k))  # type: ignore[operator]
+
+    return compiled
+
+
+def _lazy_compiled(prefixes: tuple[str, ...]) -> list[object]:
+    """The cells holding ``torch_compile_lazy``'s compiled function, in the loaded modules."""
+    import inspect
+    import sys
+
+    cells: list[object] = []
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(prefixes):
+            continue
+        values = list(vars(module).values())
+        values += [v for c in values if inspect.isclass(c) for v in vars(c).values()]
+        for value in values:
+            code = getattr(value, "__code__", None)
+            if code is None or "fun_compiled" not in code.co_freevars or id(value) in seen:
+                continue
+            seen.add(id(value))
+            cells.append(value.__closure__[code.co_freevars.index("fun_compiled")])
+    return cells
+
+
 def test_the_first_difference_names_its_output() -> None:
     import torch
 

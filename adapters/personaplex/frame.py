@@ -21,6 +21,9 @@ and those are made): the user's codebooks are given at every step, so the depfor
 agent's only and draws for the user's (:meth:`PersonaPlexOps._draw`); a prompt step's text and
 codebooks are all given, so it runs the temporal step (its ring) and only draws.
 
+Its LM's RMS norms run eager, as PersonaPlex's code runs them (:mod:`adapters.personaplex.norms`:
+``moshi`` compiles them on CUDA, which rounds differently).
+
 Same rules as :class:`~adapters.moshi.frame.FrameOps`: no host branch and no host sync inside an
 operator (the offset lives on the device), so each can be captured as one CUDA graph; sampling
 draws from the device's default generator in the vendor's order (text, then each codebook).
@@ -34,6 +37,7 @@ import torch
 from torch import Tensor
 
 from adapters.moshi.frame import FrameOps
+from adapters.personaplex.norms import eager_norms
 
 __all__ = ["PersonaPlexOps"]
 
@@ -45,6 +49,7 @@ class PersonaPlexOps(FrameOps):
     def __init__(self, mimi: Any, lm_gen: Any, *, sdpa: str = "default") -> None:
         super().__init__(mimi, lm_gen, sdpa=sdpa)
         lm, device = self.lm, self.lm.device
+        eager_norms(lm)  # as PersonaPlex's code runs them (moshi compiles them on CUDA)
         self.codebooks: int = lm.num_codebooks  # text + agent + user
         self.max_delay = max(lm.delays)
         # the depformer steps computed: the agent's; the user's codebooks (after them) are
