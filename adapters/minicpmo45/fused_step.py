@@ -12,11 +12,12 @@ CUDA graph each still costs a few microseconds of GPU time whatever its size. Wi
   own code (its loop, a fallback) keeps working on the same values;
 * **two pieces a layer** (:func:`attend_in`, :func:`attend_out`), each a pure function of its
   tensors that never sees the attended extent: its shapes depend only on the tokens fed ``L``.
-  Compiled (:func:`compiled`: inductor, ``mode="default"``, no graphs of its own, ``fullgraph``,
-  ``dynamic=False``) there is one compile per ``L`` and model, the same for every layer and every
-  extent: the elementwise work (the norms, rotary, SiLU * up, residual adds, the next layer's
-  input norm) fuses into a few generated kernels around the GEMMs. The attention between them
-  (the carry's write and the masked SDPA over the extent) runs as before;
+  Compiled (:func:`compiled`: inductor, mode "default" with its ``deterministic`` option, no
+  graphs of its own, ``fullgraph``, ``dynamic=False``) there is one compile per ``L`` and
+  model, the same for every layer and every extent: the elementwise work (the norms, rotary,
+  SiLU * up, residual adds, the next layer's input norm) fuses into a few generated kernels
+  around the GEMMs. The attention between them (the carry's write and the masked SDPA over the
+  extent) runs as before;
 * ``DUPLEXCADENCE_NO_COMPILE=1`` runs the same pieces uncompiled (the joined GEMMs still count).
 
 The arithmetic is the vendor's (RMSNorm in float32 and cast back before the weight, rotary,
@@ -153,10 +154,9 @@ def join_weights(linears: list[nn.Linear]) -> Tensor:
 
 
 class Compiled:
-    """``fn`` through ``torch.compile`` (inductor, ``mode="default"``, ``fullgraph``,
-    ``dynamic=False``) unless ``DUPLEXCADENCE_NO_COMPILE=1``; the time spent in calls that
-    compiled is summed in :attr:`compile_s` (a call that took over ``slow_s`` is counted as a
-    compile: its first call per signature)."""
+    """``fn`` through ``torch.compile`` (inductor, mode "default" with its ``deterministic``
+    option, ``fullgraph``, ``dynamic=False``) unless ``DUPLEXCADENCE_NO_COMPILE=1``. The first
+    call of each signature compiles: its seconds are summed in :attr:`compile_s`."""
 
     def __init__(self, fn: Callable[..., Any], name: str) -> None:
         self.name, self.fn = name, fn
@@ -174,7 +174,12 @@ class Compiled:
             limits.accumulated_recompile_limit = max(
                 int(limits.accumulated_recompile_limit), 4 * RECOMPILES
             )
-            self._compiled = torch.compile(fn, mode="default", fullgraph=True, dynamic=False)
+            # mode "default" (no graphs of its own) with inductor's deterministic option: no
+            # on-device benchmarking that can change numerics (a reduction's block picked by
+            # timing), so two compiles of one piece (another grad mode) run the same kernels
+            self._compiled = torch.compile(
+                fn, fullgraph=True, dynamic=False, options={"deterministic": True}
+            )
 
     def __call__(self, *args: Any) -> Any:
         if not self.enabled:
