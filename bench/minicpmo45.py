@@ -656,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
     kernels = [k for k in args.kernels.split(",") if k]
     if unknown_kernels := set(kernels) - {"vendor", "fused"}:
         parser.error(f"unknown kernels {sorted(unknown_kernels)}: choose vendor, fused")
+    if "fused" in kernels and kernels[-1] != "fused":
+        parser.error("--kernels: list fused last (the load joins the weights the graphs read)")
     os.environ[KERNELS_ENV] = kernels[-1]  # the family's load reads it (backbone.yaml's override)
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"

@@ -196,7 +196,8 @@ def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict
     """One LLM decode step replayed attending 512 slots and the carry's full capacity (the
     extents' ends; same weights and carry), under the declared SDPA backend and under ``math``
     (``"<extent>/math"``), with each kernel choice in ``kernels`` (keys ``"<kernels>:..."``;
-    ``fused`` joins the weights in place, harmless to ``vendor``): device ms per step, CUDA
+    ``fused`` only where the family loaded with it: its load joined the weights, which the
+    ``vendor`` step reads through the modules' views): device ms per step, CUDA
     events; and per kernel choice the kernels one step launches (``kernel_count``: ATen ops
     dispatched plus the compiled pieces' kernels) and its first call's seconds (compiles)."""
     from adapters.minicpmo45.kernel_count import count_call
@@ -211,6 +212,10 @@ def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict
     capacity = rules.llm_carry.capacity
     layers = len(llm.model.layers)
     for choice in kernels:
+        if choice == "fused" and rules.spec.kernels != "fused":
+            # joining the weights now would free the storage the load's graphs read
+            out["fused:skipped"] = "the family was loaded with vendor kernels: list fused last"
+            continue
         for backend in dict.fromkeys((rules.backend, "math")):
             step = CarryStep(llm.model, capacity, backend, head=llm.lm_head, kernels=choice)
             n_layers, _, heads, cap, dim = step.carry_shape()
