@@ -19,7 +19,8 @@ Phases (``--phases``, in this order), each written to ``--out`` as it ends (a ru
 device limit keeps what it measured); ``extent``, ``exact`` and ``vendor`` are in
 ``bench/minicpmo45_exact.py`` and run where the family's backbone rules are installed:
 
-0. ``extent``: one replayed LLM decode step at the carry's full capacity against 512 slots.
+0. ``extent``: one replayed LLM decode step at the carry's full capacity against 512 slots,
+   with each of ``--kernels`` (``vendor``, ``fused``): ms per step and kernels per step.
 1. ``arms``: each arm in ``--arms`` (eager first: it loads the stock envelope, so every arm can be
    switched to live) runs the same talk from a new conversation, re-seeded: ``--settle`` units
    (a replay arm captures there), then ``--units`` counted units, every one speaking (random
@@ -51,6 +52,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -69,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.face import ModelRequest
 from adapters.minicpmo45.folder import TOKEN2WAV_FOLDER
+from adapters.minicpmo45.rules import KERNELS_ENV
 from adapters.registry import family
 from app.demo import talk_periods
 from bench.env_info import environment
@@ -635,6 +638,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-at", type=int, default=23)
     parser.add_argument("--window", default="300,240", help="the vendor's basic window marks")
     parser.add_argument("--vendor-units", type=int, default=6, help="vendor agreement units")
+    parser.add_argument(
+        "--kernels", default="vendor",
+        help="the backbone's kernels: vendor, fused or both (vendor,fused): the extent phase "
+        "times each; the family loads with the last one",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):
@@ -645,6 +653,12 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(
         tempfile.mkdtemp(prefix="minicpmo45-", dir=shm if shm.is_dir() else None)
     )
+    kernels = [k for k in args.kernels.split(",") if k]
+    if unknown_kernels := set(kernels) - {"vendor", "fused"}:
+        parser.error(f"unknown kernels {sorted(unknown_kernels)}: choose vendor, fused")
+    if "fused" in kernels and kernels[-1] != "fused":
+        parser.error("--kernels: list fused last (the load joins the weights the graphs read)")
+    os.environ[KERNELS_ENV] = kernels[-1]  # the family's load reads it (backbone.yaml's override)
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
@@ -673,16 +687,20 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": loaded.warmup,
         "split_note": "stages synchronized at their edges; token2wav = our synthesis span",
         "llm_decoding": "greedy" if args.greedy else "sampled (the vendor's defaults)",
+        "kernels": kernels[-1],
         "arms": {},
         "peers": {},
     }
     if args.work is None:
         shutil.rmtree(folder, ignore_errors=True)  # loaded: free /dev/shm for the run
     log = functools.partial(print, file=sys.stderr, flush=True)
+    if session.rules is not None:  # what the load compiled (the fused pieces), process-wide
+        result["backbone_compile"] = session.rules.stats()["compile"]
     if "extent" in phases and session.rules is not None:
         steps = 50 if session.cuda else 3
-        result["extent"] = extent_cost(session.rules, args.device, steps)
-        log("extent", json.dumps({k: v["ms_per_step"] for k, v in result["extent"].items()}))
+        result["extent"] = extent_cost(session.rules, args.device, steps, kernels)
+        log("extent", json.dumps({k: v.get("ms_per_step", v.get("kernels"))
+                                  for k, v in result["extent"].items()}))  # fmt: skip
         write(args.out, result)
     reference: list[dict[str, Any]] | None = None
     for arm in args.arms if "arms" in phases else []:

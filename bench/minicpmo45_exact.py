@@ -5,7 +5,8 @@ Not a bench of its own: ``bench/minicpmo45.py`` runs these on its loaded session
 
 * :func:`extent_cost` — one LLM decode step replayed at the carry's full capacity and at 512
   slots (the same weights and kernels, only the attended extent differs), under the declared
-  SDPA backend and under ``math``: device ms per step.
+  SDPA backend and under ``math``, with each kernel choice (``vendor``, ``fused``): device ms
+  per step, and the kernels one step launches.
 * :func:`exact` — per seed, one conversation of the talk under each arm (eager twice first for
   the first seed: eager must reproduce itself), with a barge-in, a new conversation and the
   vendor's basic sliding window set low (so slides happen). Per unit: the LLM's token ids, the
@@ -191,10 +192,15 @@ def vendor_agreement(session: Any, seed: int, units: int) -> dict[str, Any]:
     return out
 
 
-def extent_cost(rules: Any, device: str, steps: int) -> dict[str, Any]:
+def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict[str, Any]:
     """One LLM decode step replayed attending 512 slots and the carry's full capacity (the
     extents' ends; same weights and carry), under the declared SDPA backend and under ``math``
-    (``"<extent>/math"``): device ms per step, CUDA events."""
+    (``"<extent>/math"``), with each kernel choice in ``kernels`` (keys ``"<kernels>:..."``;
+    ``fused`` only where the family loaded with it: its load joined the weights, which the
+    ``vendor`` step reads through the modules' views): device ms per step, CUDA
+    events; and per kernel choice the kernels one step launches (``kernel_count``: ATen ops
+    dispatched plus the compiled pieces' kernels) and its first call's seconds (compiles)."""
+    from adapters.minicpmo45.kernel_count import count_call
     from adapters.minicpmo45.kv import KVCarry
     from adapters.minicpmo45.llm_step import CarryStep
     from engine.replay import ReplayEngine
@@ -204,30 +210,73 @@ def extent_cost(rules: Any, device: str, steps: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     cuda = device.startswith("cuda")
     capacity = rules.llm_carry.capacity
-    for backend in dict.fromkeys((rules.backend, "math")):
-        step = CarryStep(llm.model, capacity, backend, head=llm.lm_head)
-        layers, _, heads, cap, dim = step.carry_shape()
-        carry = KVCarry(layers, heads, cap, dim, dtype=rules.llm_carry.buffer.dtype, device=device)
-        for extent in dict.fromkeys((capacity, min(512, capacity))):
-            engine = ReplayEngine(device)
-            op = engine.register("extent", step.logits, catalog=Catalog.any(), aliased=["buffer"])
-            x = torch.randn(
-                1, 1, int(llm.config.hidden_size), dtype=carry.buffer.dtype, device=device
-            )
-            pos = torch.tensor([[extent // 2]], device=device)
-            with torch.no_grad():
-                for _ in range(3):
-                    op(x, pos, pos[0], carry.buffer, extent)
-                if cuda:
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    op(x, pos, pos[0], carry.buffer, extent)
-                if cuda:
-                    torch.cuda.synchronize()
-                ms = (time.perf_counter() - t0) * 1e3 / steps
-            key = str(extent) if backend == rules.backend else f"{extent}/{backend}"
-            out[key] = {"ms_per_step": round(ms, 3), "replay": op.counters.to_dict()}
-            del engine, op
-        del carry
+    layers = len(llm.model.layers)
+    for choice in kernels:
+        if choice == "fused" and rules.spec.kernels != "fused":
+            # joining the weights now would free the storage the load's graphs read
+            out["fused:skipped"] = "the family was loaded with vendor kernels: list fused last"
+            continue
+        for backend in dict.fromkeys((rules.backend, "math")):
+            step = CarryStep(llm.model, capacity, backend, head=llm.lm_head, kernels=choice)
+            n_layers, _, heads, cap, dim = step.carry_shape()
+            dtype = rules.llm_carry.buffer.dtype
+            carry = KVCarry(n_layers, heads, cap, dim, dtype=dtype, device=device)
+            for extent in dict.fromkeys((capacity, min(512, capacity))):
+                engine = ReplayEngine(device)
+                op = engine.register(
+                    "extent", step.logits, catalog=Catalog.any(), aliased=["buffer"]
+                )
+                x = torch.randn(1, 1, int(llm.config.hidden_size), dtype=dtype, device=device)
+                pos = torch.tensor([[extent // 2]], device=device)
+                with torch.no_grad():
+                    t0 = time.perf_counter()
+                    step.logits(x, pos, pos[0], carry.buffer, extent)  # compiles (fused)
+                    first_s = time.perf_counter() - t0
+                    for _ in range(3):
+                        op(x, pos, pos[0], carry.buffer, extent)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        op(x, pos, pos[0], carry.buffer, extent)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    ms = (time.perf_counter() - t0) * 1e3 / steps
+                key = str(extent) if backend == rules.backend else f"{extent}/{backend}"
+                out[f"{choice}:{key}"] = {
+                    "ms_per_step": round(ms, 3), "first_call_s": round(first_s, 2),
+                    "replay": op.counters.to_dict(),
+                }  # fmt: skip
+                if backend == rules.backend and extent == min(512, capacity):
+                    counted = count_call(
+                        functools.partial(step.logits, x, pos, pos[0], carry.buffer, extent)
+                    )
+                    counted["layers"] = layers
+                    out[f"{choice}:kernel_count"] = counted
+                del engine, op
+            del carry
+        if rules.tts_step is not None and rules.tts_carry is not None:
+            out[f"{choice}:tts_kernel_count"] = _tts_count(rules, choice, device)
     return out
+
+
+def _tts_count(rules: Any, choice: str, device: str) -> dict[str, Any]:
+    """The kernels of one TTS head step (1 token, attending the carry's first extent) with
+    ``choice``, on a carry of its own."""
+    from adapters.minicpmo45.kernel_count import count_call
+    from adapters.minicpmo45.kv import KVCarry
+    from adapters.minicpmo45.llm_step import CarryStep
+
+    core = rules.tts_step.core
+    step = CarryStep(core, rules.tts_carry.capacity, rules.backend, kernels=choice)
+    layers, _, heads, cap, dim = step.carry_shape()
+    dtype = rules.tts_carry.buffer.dtype
+    carry = KVCarry(layers, heads, cap, dim, dtype=dtype, device=device)
+    extent = rules.tts_carry.extents[0]
+    x = torch.randn(1, 1, int(core.config.hidden_size), dtype=dtype, device=device)
+    pos = torch.tensor([[extent // 2]], device=device)
+    call = functools.partial(step.hidden, x, pos, pos[0], carry.buffer, extent)
+    with torch.inference_mode():  # as generate_chunk calls it
+        call()  # compiles (fused)
+        counted = count_call(call)
+    return counted | {"layers": layers}

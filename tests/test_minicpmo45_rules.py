@@ -11,6 +11,7 @@ mark, barges in (a new turn: nothing changes in the LLM) and starts a new conver
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any
 
@@ -57,7 +58,7 @@ class Arms:
 
 
 def session(
-    high: int = 40, low: int = 30, speech: bool = False, block: int = 0
+    high: int = 40, low: int = 30, speech: bool = False, block: int = 0, kernels: str = "vendor"
 ) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
     llm, tts = build()
     decoder = StandInDecoder(llm, high, low, preserve=5)
@@ -65,7 +66,7 @@ def session(
     duplex = StandInBackboneDuplex(decoder, head, budget=6)
     arm = Arms(Arm.EAGER)
     spec = replace(BackboneSpec.read(), extent_step=EXTENT_STEP)  # a ladder at these sizes
-    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens)
+    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens, kernels=kernels)
     rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 
@@ -133,8 +134,11 @@ def equal(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_every_arm_equals_eager_across_slides_and_a_new_conversation() -> None:
-    duplex, rules, arm = session()
+@pytest.mark.parametrize("kernels", ["vendor", "fused"])
+def test_every_arm_equals_eager_across_slides_and_a_new_conversation(kernels: str) -> None:
+    """With either kernel choice (``fused``: joined weights and the pieces compiled by
+    inductor's C++ backend here, Triton's on a GPU) every arm equals that choice's eager arm."""
+    duplex, rules, arm = session(kernels=kernels)
     eager = conversation(duplex, 0, 6, [Arm.EAGER], arm)
     assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.window["slides"] >= 4, "the window slid in each half of each conversation"
@@ -287,10 +291,12 @@ def test_a_chunk_that_cannot_stop_is_one_replay() -> None:
     assert stats["replay"]["tts.token"]["misses"], "turn starts and crossings: one a token"
 
 
-def test_the_vendor_loop_on_the_same_weights_agrees_closely() -> None:
+@pytest.mark.parametrize("kernels", ["vendor", "fused"])
+def test_the_vendor_loop_on_the_same_weights_agrees_closely(kernels: str) -> None:
     """Ours against the stand-in's transformers forward on a growing cache: not bit for bit
-    (other attention kernels and extents), close in fp32, the same argmax here."""
-    duplex, rules, arm = session()
+    (other attention kernels and extents; with ``fused`` the joined GEMMs and inductor's
+    arithmetic too), close in fp32, the same argmax here."""
+    duplex, rules, arm = session(kernels=kernels)
     ours = conversation(duplex, 1, 6, [Arm.EAGER], arm)
     rules.use_vendor(True)
     theirs = conversation(duplex, 1, 6, [Arm.EAGER], arm)
@@ -348,3 +354,32 @@ def test_a_look_ahead_step_for_another_id_than_the_one_fed_changes_nothing() -> 
     rules.reset_stats()
     assert equal(eager, run())
     assert rules.sampled["ahead_used"] == 3 and rules.sampled["ahead_dropped"] == 3, rules.sampled
+
+
+def test_the_fused_decode_step_launches_fewer_kernels() -> None:
+    """One LLM decode step (1 token), counted by :func:`~adapters.minicpmo45.kernel_count.
+    count_call` (ATen ops dispatched plus the compiled pieces' kernels): ``fused`` launches
+    fewer than ``vendor``, and its weights take no more memory (the modules' are views)."""
+    from adapters.minicpmo45.kernel_count import count_call
+
+    counts = {}
+    for kernels in ("vendor", "fused"):
+        duplex, rules, _ = session(kernels=kernels)
+        params = sum(
+            p.untyped_storage().nbytes()
+            for p in {
+                p.untyped_storage().data_ptr(): p for p in duplex.decoder.m.parameters()
+            }.values()
+        )
+        step, carry = rules.llm_step, rules.llm_carry
+        x = torch.randn(1, 1, HIDDEN)
+        pos = torch.tensor([[3]])
+        with torch.no_grad():
+            step.logits(x, pos, pos[0], carry.buffer, 32)  # compiled here (fused)
+        call = functools.partial(step.logits, x, pos, pos[0], carry.buffer, 32)
+        counts[kernels] = count_call(call)
+        counts[kernels]["weight_bytes"] = params
+    vendor, fused = counts["vendor"], counts["fused"]
+    assert fused["weight_bytes"] == vendor["weight_bytes"], counts
+    assert fused["kernels"] < 0.65 * vendor["kernels"], (fused["kernels"], vendor["kernels"])
+    assert fused["ops"].get("pow", 0) == 1 and vendor["ops"]["pow"] == 9  # the first norm only

@@ -37,16 +37,23 @@ vendor feeds position = cache length), the TTS head's positions are the vendor's
 
 Every method is capturable once its shapes are fixed: no host reads, no allocation outside the
 caching allocator, the constant ``arange`` made at construction.
+
+``kernels`` (``backbone.yaml``, the same under every arm): ``vendor`` runs each layer on the
+vendor's modules as above; ``fused`` on joined weights and compiled pieces with the same
+arithmetic (:mod:`adapters.minicpmo45.fused_step`), the attention between them unchanged.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from adapters.minicpmo45.fused_step import KERNELS, compiled, join_weights
 
 __all__ = ["BACKENDS", "CarryStep", "sdpa_backend"]
 
@@ -81,13 +88,22 @@ class CarryStep:
         capacity: the carry's slots (the attended extent of every call).
         backend: the pinned SDPA backend (:data:`BACKENDS`).
         head: the LM head for :meth:`logits` (None for a stack whose caller has its own heads).
+        kernels: ``vendor`` or ``fused`` (module docstring).
     """
 
     def __init__(
-        self, core: nn.Module, capacity: int, backend: str, head: nn.Module | None = None
+        self,
+        core: nn.Module,
+        capacity: int,
+        backend: str,
+        head: nn.Module | None = None,
+        kernels: str = "vendor",
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"SDPA backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels {kernels!r}: expected one of {', '.join(KERNELS)}")
+        self.kernels = kernels
         config: Any = core.config
         self.core, self.head, self.backend, self.capacity = core, head, backend, capacity
         self.layers: Any = core.layers
@@ -99,6 +115,44 @@ class CarryStep:
         self.group = self.heads // self.kv_heads
         weight = next(core.parameters())
         self.cols = torch.arange(capacity, device=weight.device)  # the carry's slot numbers
+        self.fused: list[_Layer] = self._join(core) if kernels == "fused" else []
+
+    def _join(self, core: Any) -> list[_Layer]:
+        """Each layer's weights for the fused pieces: q/k/v and gate/up joined (the modules'
+        weights become views of them), the next layer's input norm (the final norm's last)."""
+        config = core.config
+        act = str(getattr(config, "hidden_act", "silu"))
+        if act != "silu":
+            raise ValueError(f"fused kernels: the MLP's activation is {act!r}, not silu")
+        eps = float(config.rms_norm_eps)
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+            if any(
+                lin.bias is not None for lin in (*linears, *mlp.children()) if hasattr(lin, "bias")
+            ):
+                raise ValueError("fused kernels: a projection with a bias; use vendor")
+        layers: list[_Layer] = []
+        for i, layer in enumerate(self.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+            following = (
+                self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else core.norm
+            )
+            layers.append(
+                _Layer(
+                    qkv=join_weights([attn.q_proj, attn.k_proj, attn.v_proj]),
+                    q_norm=q_norm.weight.detach() if q_norm is not None else None,
+                    k_norm=k_norm.weight.detach() if k_norm is not None else None,
+                    o_proj=attn.o_proj.weight.detach(),
+                    post_norm=layer.post_attention_layernorm.weight.detach(),
+                    gate_up=join_weights([mlp.gate_proj, mlp.up_proj]),
+                    down=mlp.down_proj.weight.detach(),
+                    next_norm=following.weight.detach(),
+                    eps=eps,
+                )
+            )
+        return layers
 
     def carry_shape(self) -> tuple[int, int, int, int, int]:
         """``[layers, 2, kv_heads, capacity, head_dim]``."""
@@ -119,6 +173,8 @@ class CarryStep:
             cols = self.cols[:extent]
             mask = (cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(self.group, 1)
             mask = mask.view(1, 1, self.group * rows, extent)
+            if self.fused:
+                return self._fused(x, cos, sin, slots, mask, buffer, extent)
             h = x
             for i, layer in enumerate(self.layers):
                 residual = h
@@ -140,6 +196,28 @@ class CarryStep:
         hidden = self.hidden(x, positions, slots, buffer, extent)
         logits: Tensor = self.head(hidden[:, -1:])[:, -1]
         return logits, hidden
+
+    def _fused(
+        self, x: Tensor, cos: Tensor, sin: Tensor, slots: Tensor, mask: Tensor, buffer: Tensor,
+        extent: int,
+    ) -> Tensor:  # fmt: skip
+        pieces = compiled()
+        attend_in, attend_out = pieces["attend_in"], pieces["attend_out"]
+        h, normed = x, self.layers[0].input_layernorm(x)  # once a step: the vendor's module
+        for i, w in enumerate(self.fused):
+            q, k, v = attend_in(
+                normed, w.qkv, w.q_norm, w.k_norm, cos, sin, w.eps, self.kv_heads, self.head_dim
+            )
+            kv = buffer[i]
+            kv[0].index_copy_(1, slots, k)
+            kv[1].index_copy_(1, slots, v)
+            keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            h, normed = attend_out(
+                out, h, w.o_proj, w.post_norm, w.gate_up, w.down, w.next_norm, w.eps
+            )
+        final: Tensor = normed
+        return final
 
     def _attention(
         self,
@@ -171,3 +249,18 @@ class CarryStep:
         out = out.reshape(1, self.heads, L, self.head_dim).transpose(1, 2).reshape(1, L, -1)
         result: Tensor = attn.o_proj(out)
         return result
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer's weights for the fused pieces (views of the vendor's, joined where fused)."""
+
+    qkv: Tensor
+    q_norm: Tensor | None
+    k_norm: Tensor | None
+    o_proj: Tensor
+    post_norm: Tensor
+    gate_up: Tensor
+    down: Tensor
+    next_norm: Tensor
+    eps: float

@@ -65,6 +65,7 @@ from engine.signature import Catalog, TensorSpec
 
 __all__ = [
     "DECLARATION",
+    "KERNELS_ENV",
     "STAGES",
     "WINDOW_ENV",
     "BackboneRules",
@@ -76,6 +77,8 @@ __all__ = [
 DECLARATION = Path(__file__).resolve().parent / "backbone.yaml"
 WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
 """``high,low``: the vendor's basic window marks for a run that must see a slide early."""
+KERNELS_ENV = "DUPLEXCADENCE_MO45_KERNELS"
+"""``vendor`` or ``fused``: the step's kernels for a run, over the declaration's."""
 
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 
@@ -99,6 +102,7 @@ class BackboneSpec:
     round_to: int
     extent_step: int
     sdpa: dict[str, str]
+    kernels: str = "vendor"
 
     @classmethod
     def read(cls, path: Path = DECLARATION) -> BackboneSpec:
@@ -121,6 +125,7 @@ class BackboneSpec:
             round_to=int(data["round_to"]),
             extent_step=int(data["extent_step"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
+            kernels=_kernels(str(data.get("kernels", "vendor"))),
         )
 
     def duplex_kwargs(self) -> dict[str, Any]:
@@ -136,6 +141,16 @@ class BackboneSpec:
                 ) from None
             kwargs |= {"basic_window_high_tokens": high, "basic_window_low_tokens": low}
         return kwargs
+
+
+def _kernels(declared: str) -> str:
+    """The declared kernel choice, or :data:`KERNELS_ENV`'s where set; refused if unknown."""
+    from adapters.minicpmo45.fused_step import KERNELS
+
+    chosen = os.environ.get(KERNELS_ENV, "").strip() or declared
+    if chosen not in KERNELS:
+        raise ValueError(f"backbone kernels {chosen!r}: expected one of {', '.join(KERNELS)}")
+    return chosen
 
 
 def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
@@ -155,6 +170,16 @@ def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tupl
             f"{name}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
         )
     return name, ""
+
+
+def _compile_stats() -> dict[str, Any]:
+    """The fused pieces' compiles so far (process-wide: the pieces are shared)."""
+    from adapters.minicpmo45.fused_step import compiled
+
+    return {
+        name: {"enabled": p.enabled, "compiles": p.compiles, "seconds": round(p.compile_s, 2)}
+        for name, p in compiled().items()
+    }
 
 
 def decode_budget(duplex: Any, name: str) -> int:
@@ -196,12 +221,13 @@ class BackboneRules(SamplingRules, AudioRules):
         unit += spec.unit_extra_tokens
         high = int(attribute(duplex, spec.llm_capacity_from))
         self.llm_step = CarryStep(
-            llm.model, round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head
-        )
+            llm.model, round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head,
+            kernels=spec.kernels,
+        )  # fmt: skip
         self.llm_carry = self._carry(self.llm_step, dtype)
         self.llm_view = CarryView(self.llm_carry)
         hidden = int(llm.config.hidden_size)
-        extra = lambda: self.backend  # noqa: E731
+        extra = lambda: f"{self.backend}/{spec.kernels}"  # noqa: E731
         catalog = self._catalog(self.llm_carry, hidden, dtype, spec.llm_lengths)
         self.ops: dict[str, ReplayOp] = {
             "llm.step": replay.register(
@@ -228,7 +254,7 @@ class BackboneRules(SamplingRules, AudioRules):
             core = tts.model
             tdtype = next(core.parameters()).dtype
             capacity = round_up(int(attribute(duplex.model, spec.tts_capacity_from)), spec.round_to)
-            self.tts_step = CarryStep(core, capacity, self.backend)
+            self.tts_step = CarryStep(core, capacity, self.backend, kernels=spec.kernels)
             self.tts_carry = self._carry(self.tts_step, tdtype)
             self.tts_view = CarryView(self.tts_carry)
             self.ops["tts.step"] = replay.register(
@@ -315,6 +341,8 @@ class BackboneRules(SamplingRules, AudioRules):
             },
             "carry": carry,
             "sdpa_backend": self.backend,
+            "kernels": self.spec.kernels,
+            "compile": _compile_stats() if self.spec.kernels == "fused" else {},
             "sdpa_refused": self.backend_refused,
         }
 
