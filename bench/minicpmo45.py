@@ -639,9 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", default="300,240", help="the vendor's basic window marks")
     parser.add_argument("--vendor-units", type=int, default=6, help="vendor agreement units")
     parser.add_argument(
-        "--kernels", default="vendor",
+        "--kernels", default="",
         help="the backbone's kernels: vendor, fused or both (vendor,fused): the extent phase "
-        "times each; the family loads with the last one",
+        "times each; the family loads with the last one (default: backbone.yaml's for the device)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
@@ -658,7 +658,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown kernels {sorted(unknown_kernels)}: choose vendor, fused")
     if "fused" in kernels and kernels[-1] != "fused":
         parser.error("--kernels: list fused last (the load joins the weights the graphs read)")
-    os.environ[KERNELS_ENV] = kernels[-1]  # the family's load reads it (backbone.yaml's override)
+    if kernels:
+        os.environ[KERNELS_ENV] = kernels[
+            -1
+        ]  # the family's load reads it (backbone.yaml's override)
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
@@ -698,7 +701,9 @@ def main(argv: list[str] | None = None) -> int:
         result["backbone_compile"] = session.rules.stats()["compile"]
     if "extent" in phases and session.rules is not None:
         steps = 50 if session.cuda else 3
-        result["extent"] = extent_cost(session.rules, args.device, steps, kernels)
+        result["extent"] = extent_cost(
+            session.rules, args.device, steps, kernels or [session.rules.kernels]
+        )
         log("extent", json.dumps({k: v.get("ms_per_step", v.get("kernels"))
                                   for k, v in result["extent"].items()}))  # fmt: skip
         write(args.out, result)

@@ -212,7 +212,7 @@ def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict
     capacity = rules.llm_carry.capacity
     layers = len(llm.model.layers)
     for choice in kernels:
-        if choice == "fused" and rules.spec.kernels != "fused":
+        if choice == "fused" and rules.kernels != "fused":
             # joining the weights now would free the storage the load's graphs read
             out["fused:skipped"] = "the family was loaded with vendor kernels: list fused last"
             continue

@@ -66,7 +66,8 @@ def session(
     duplex = StandInBackboneDuplex(decoder, head, budget=6)
     arm = Arms(Arm.EAGER)
     spec = replace(BackboneSpec.read(), extent_step=EXTENT_STEP)  # a ladder at these sizes
-    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens, kernels=kernels)
+    kernels_by_device = {"cpu": kernels, "cuda": kernels}
+    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens, kernels=kernels_by_device)
     rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 

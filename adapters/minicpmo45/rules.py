@@ -102,7 +102,7 @@ class BackboneSpec:
     round_to: int
     extent_step: int
     sdpa: dict[str, str]
-    kernels: str = "vendor"
+    kernels: dict[str, str]  # by device type, as ``sdpa``: ``vendor`` or ``fused``
 
     @classmethod
     def read(cls, path: Path = DECLARATION) -> BackboneSpec:
@@ -125,7 +125,7 @@ class BackboneSpec:
             round_to=int(data["round_to"]),
             extent_step=int(data["extent_step"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
-            kernels=_kernels(str(data.get("kernels", "vendor"))),
+            kernels={str(k): _known_kernels(str(v)) for k, v in data["kernels"].items()},
         )
 
     def duplex_kwargs(self) -> dict[str, Any]:
@@ -143,14 +143,19 @@ class BackboneSpec:
         return kwargs
 
 
-def _kernels(declared: str) -> str:
-    """The declared kernel choice, or :data:`KERNELS_ENV`'s where set; refused if unknown."""
+def _known_kernels(name: str) -> str:
+    """``name`` if it is a kernel choice (:data:`~.fused_step.KERNELS`), else refused."""
     from adapters.minicpmo45.fused_step import KERNELS
 
-    chosen = os.environ.get(KERNELS_ENV, "").strip() or declared
-    if chosen not in KERNELS:
-        raise ValueError(f"backbone kernels {chosen!r}: expected one of {', '.join(KERNELS)}")
-    return chosen
+    if name not in KERNELS:
+        raise ValueError(f"backbone kernels {name!r}: expected one of {', '.join(KERNELS)}")
+    return name
+
+
+def kernels_on(spec: BackboneSpec, device: torch.device) -> str:
+    """The step's kernels on ``device``: :data:`KERNELS_ENV` where set, else the declaration's
+    for the device's type."""
+    return _known_kernels(os.environ.get(KERNELS_ENV, "").strip() or spec.kernels[device.type])
 
 
 def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
@@ -214,6 +219,7 @@ class BackboneRules(SamplingRules, AudioRules):
         device = next(llm.parameters()).device
         self.device = device
         dtype = next(llm.parameters()).dtype
+        self.kernels = kernels_on(spec, device)
         self.backend, self.backend_refused = _usable_backend(
             spec.sdpa["cuda" if device.type == "cuda" else "cpu"], device, dtype
         )
@@ -222,12 +228,12 @@ class BackboneRules(SamplingRules, AudioRules):
         high = int(attribute(duplex, spec.llm_capacity_from))
         self.llm_step = CarryStep(
             llm.model, round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head,
-            kernels=spec.kernels,
+            kernels=self.kernels,
         )  # fmt: skip
         self.llm_carry = self._carry(self.llm_step, dtype)
         self.llm_view = CarryView(self.llm_carry)
         hidden = int(llm.config.hidden_size)
-        extra = lambda: f"{self.backend}/{spec.kernels}"  # noqa: E731
+        extra = lambda: f"{self.backend}/{self.kernels}"  # noqa: E731
         catalog = self._catalog(self.llm_carry, hidden, dtype, spec.llm_lengths)
         self.ops: dict[str, ReplayOp] = {
             "llm.step": replay.register(
@@ -254,7 +260,7 @@ class BackboneRules(SamplingRules, AudioRules):
             core = tts.model
             tdtype = next(core.parameters()).dtype
             capacity = round_up(int(attribute(duplex.model, spec.tts_capacity_from)), spec.round_to)
-            self.tts_step = CarryStep(core, capacity, self.backend, kernels=spec.kernels)
+            self.tts_step = CarryStep(core, capacity, self.backend, kernels=self.kernels)
             self.tts_carry = self._carry(self.tts_step, tdtype)
             self.tts_view = CarryView(self.tts_carry)
             self.ops["tts.step"] = replay.register(
@@ -341,8 +347,8 @@ class BackboneRules(SamplingRules, AudioRules):
             },
             "carry": carry,
             "sdpa_backend": self.backend,
-            "kernels": self.spec.kernels,
-            "compile": _compile_stats() if self.spec.kernels == "fused" else {},
+            "kernels": self.kernels,
+            "compile": _compile_stats() if self.kernels == "fused" else {},
             "sdpa_refused": self.backend_refused,
         }
 
