@@ -60,15 +60,16 @@ TALKS = [[0.3, "hello there", 0.5], [1.2, "good morning", 0.3], [0.1, "what time
 PERIODS = 5
 
 
-@pytest.fixture(scope="module")
-def talk_wavs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("talks")
+def write_talks(folder: Path) -> Path:
+    """Each session's input, ``talk{i}.wav`` in ``folder``; returns the name with ``{i}``."""
     for i, segments in enumerate(TALKS):
         conversation(segments).write(folder / f"talk{i}.wav")
     return folder / "talk{i}.wav"
 
 
-def alone_in_eager(seed: int, run_seed: int, talk: Path, periods: int) -> list[Any]:
+def alone_in_eager(
+    seed: int, run_seed: int, talk: Path, periods: int, device: str, model_size: str
+) -> list[Any]:
     """Session ``seed`` alone in eager: the run's weights and voice (``run_seed``'s), its own
     decoder under the stock path (its own streams, no bindings, no warm-up), its backbone and
     random stream from its seed, its input's periods then silence; each period's outcome."""
@@ -80,7 +81,9 @@ def alone_in_eager(seed: int, run_seed: int, talk: Path, periods: int) -> list[A
     from app.settings import Settings
     from engine.multiplex import SessionRng
 
-    settings = Settings(family="synthetic", device="cpu", arm=Arm.EAGER, seed=run_seed)
+    settings = Settings(
+        family="synthetic", device=device, model_size=model_size, arm=Arm.EAGER, seed=run_seed
+    )
     request = settings.model_request(realtime=False)
     face = family("synthetic")
     source = face.load_sessions(request, lambda stage, fraction: None)
@@ -91,7 +94,7 @@ def alone_in_eager(seed: int, run_seed: int, talk: Path, periods: int) -> list[A
     n_in = round(session.period_s * session.input_rate)
     wav = WavSource(talk, session.input_rate, realtime=False)
     outcomes = []
-    with SessionRng(torch.device("cpu"), seed).active():
+    with SessionRng(torch.device(device), seed).active():
         for _ in range(periods):
             mic = wav.read_period(n_in, timeout=1.0)
             outcomes.append(session.step(np.zeros(n_in, np.float32) if mic is None else mic))
@@ -100,17 +103,19 @@ def alone_in_eager(seed: int, run_seed: int, talk: Path, periods: int) -> list[A
     return outcomes
 
 
-def test_sessions_on_shared_bindings_equal_each_alone_in_eager(
-    tmp_path: Path, talk_wavs: Path, capsys: pytest.CaptureFixture[str]
+def shared_sessions_equal_alone(
+    folder: Path, capsys: pytest.CaptureFixture[str], device: str, model_size: str
 ) -> None:
-    """Three sessions, three inputs, one voice, on one set of Token2Wav bindings: the first
-    session captured them, the later admissions captured nothing (the trace's warm-up record
-    and the summary line say so); every session's audio and per-period trace facts equal the
-    same session run alone in eager, bit for bit."""
-    argv = ["converse", "--headless", "--family", "synthetic", "--device", "cpu", "--quiet"]
+    """``converse --sessions 3`` (three inputs, one voice, seed 7) on one set of Token2Wav
+    bindings: the first session captured them, the later admissions captured nothing (the
+    trace's warm-up record and the summary line say so); every session's audio and
+    per-period trace facts equal the same session run alone in eager, bit for bit."""
+    talks = write_talks(folder)
+    argv = ["converse", "--headless", "--family", "synthetic", "--quiet"]
+    argv += ["--device", device, "--model-size", model_size]
     argv += ["--arm", "SRc", "--seed", "7", "--sessions", str(len(TALKS))]
-    argv += ["--input", str(talk_wavs), "--output", str(tmp_path / "out{i}.wav")]
-    argv += ["--trace", str(tmp_path / "trace.json"), "--seconds", str(PERIODS)]
+    argv += ["--input", str(talks), "--output", str(folder / "out{i}.wav")]
+    argv += ["--trace", str(folder / "trace.json"), "--seconds", str(PERIODS)]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     lines = summary["sessions"]
@@ -118,25 +123,31 @@ def test_sessions_on_shared_bindings_equal_each_alone_in_eager(
     for line in lines[1:]:
         assert line["bindings"].startswith("shared bindings")
         assert "this admission captured nothing" in line["bindings"]
-    outs = [soundfile.read(tmp_path / f"out{i}.wav", dtype="int16")[0] for i in range(len(TALKS))]
+    outs = [soundfile.read(folder / f"out{i}.wav", dtype="int16")[0] for i in range(len(TALKS))]
     assert not any(np.array_equal(outs[0], out) for out in outs[1:])  # each speaks its own
     for i, line in enumerate(lines):
         assert line["periods"] == PERIODS and line["speaking_periods"] > 0, line
-        records = [json.loads(x) for x in (tmp_path / f"trace.{i}.jsonl").read_text().splitlines()]
+        records = [json.loads(x) for x in (folder / f"trace.{i}.jsonl").read_text().splitlines()]
         warmup = records[0]["settings"]["warmup"]
         assert warmup["bindings"] == ("captured" if i == 0 else "shared")
         assert (warmup["captures"] > 0) == (i == 0) and (warmup["steps"] > 0) == (i == 0)
         periods = [r for r in records[1:] if "loop" in r]
         assert len(periods) == PERIODS
 
-        alone = alone_in_eager(7 + i, 7, talk_wavs.with_name(f"talk{i}.wav"), PERIODS)
-        pcm, rate = soundfile.read(tmp_path / f"out{i}.wav", dtype="int16")
+        talk = talks.with_name(f"talk{i}.wav")
+        alone = alone_in_eager(7 + i, 7, talk, PERIODS, device, model_size)
         want = np.concatenate([_pcm16(o.pcm) for o in alone])
-        assert rate == 24_000 and np.array_equal(pcm, want), f"session {i}: audio differs"
+        assert np.array_equal(outs[i], want), f"session {i}: audio differs"
         for k, (record, outcome) in enumerate(zip(periods, alone, strict=True)):
             got, expected = record["loop"], outcome.record.loop
             for key in ("phase", "tokens", "turn_end", "barge_in", "calls", "out_peak"):
                 assert got[key] == expected[key], (i, k, key)
+
+
+def test_sessions_on_shared_bindings_equal_each_alone_in_eager(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared_sessions_equal_alone(tmp_path, capsys, "cpu", "small")
 
 
 def test_the_summary_says_how_a_session_holds_its_bindings() -> None:
@@ -150,3 +161,19 @@ def test_the_summary_says_how_a_session_holds_its_bindings() -> None:
         {"bindings": "captured", "captures": 8}
     )
     assert "this admission captured nothing" in bindings_words({"bindings": "shared"})
+
+
+def test_moshi_sessions_keep_their_own_bindings(
+    tmp_path: Path, talk_wav: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moshi's sessions each capture their own bindings, and their summary lines say so."""
+    pytest.importorskip("moshi")
+    argv = ["converse", "--headless", "--family", "moshi", "--device", "cpu", "--quiet"]
+    argv += ["--input", str(talk_wav), "--output", str(tmp_path / "out{i}.wav")]
+    argv += ["--trace", str(tmp_path / "trace.json"), "--sessions", "2", "--seconds", "3"]
+    assert main(argv) == 0
+    for i, line in enumerate(json.loads(capsys.readouterr().out)["sessions"]):
+        assert line["bindings"].startswith("per-session bindings: this session captured its own")
+        records = (tmp_path / f"trace.{i}.jsonl").read_text().splitlines()
+        warmup = json.loads(records[0])["settings"]["warmup"]
+        assert warmup["bindings"] == "per-session" and warmup["captures"] > 0
