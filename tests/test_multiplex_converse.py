@@ -68,7 +68,7 @@ def write_talks(folder: Path) -> Path:
 
 
 def alone_in_eager(
-    seed: int, run_seed: int, talk: Path, periods: int, device: str, model_size: str
+    seed: int, run_seed: int, talk: Path, periods: int, device: str, model_size: str, name: str
 ) -> list[Any]:
     """Session ``seed`` alone in eager: the run's weights and voice (``run_seed``'s), its own
     decoder under the stock path (its own streams, no bindings, no warm-up), its backbone and
@@ -82,10 +82,10 @@ def alone_in_eager(
     from engine.multiplex import SessionRng
 
     settings = Settings(
-        family="synthetic", device=device, model_size=model_size, arm=Arm.EAGER, seed=run_seed
+        family=name, device=device, model_size=model_size, arm=Arm.EAGER, seed=run_seed
     )
     request = settings.model_request(realtime=False)
-    face = family("synthetic")
+    face = family(name)
     source = face.load_sessions(request, lambda stage, fraction: None)
     speech = source.speech(source.voice(run_seed), Arm.EAGER)
     settings = replace(settings, seed=seed)
@@ -104,14 +104,18 @@ def alone_in_eager(
 
 
 def shared_sessions_equal_alone(
-    folder: Path, capsys: pytest.CaptureFixture[str], device: str, model_size: str
+    folder: Path,
+    capsys: pytest.CaptureFixture[str],
+    device: str,
+    model_size: str,
+    name: str = "synthetic",
 ) -> None:
     """``converse --sessions 3`` (three inputs, one voice, seed 7) on one set of Token2Wav
     bindings: the first session captured them, the later admissions captured nothing (the
     trace's warm-up record and the summary line say so); every session's audio and
     per-period trace facts equal the same session run alone in eager, bit for bit."""
     talks = write_talks(folder)
-    argv = ["converse", "--headless", "--family", "synthetic", "--quiet"]
+    argv = ["converse", "--headless", "--family", name, "--quiet"]
     argv += ["--device", device, "--model-size", model_size]
     argv += ["--arm", "SRc", "--seed", "7", "--sessions", str(len(TALKS))]
     argv += ["--input", str(talks), "--output", str(folder / "out{i}.wav")]
@@ -135,7 +139,7 @@ def shared_sessions_equal_alone(
         assert len(periods) == PERIODS
 
         talk = talks.with_name(f"talk{i}.wav")
-        alone = alone_in_eager(7 + i, 7, talk, PERIODS, device, model_size)
+        alone = alone_in_eager(7 + i, 7, talk, PERIODS, device, model_size, name)
         want = np.concatenate([_pcm16(o.pcm) for o in alone])
         assert np.array_equal(outs[i], want), f"session {i}: audio differs"
         for k, (record, outcome) in enumerate(zip(periods, alone, strict=True)):
@@ -144,10 +148,13 @@ def shared_sessions_equal_alone(
                 assert got[key] == expected[key], (i, k, key)
 
 
+@pytest.mark.parametrize("name", ["synthetic", "lycheefd"])
 def test_sessions_on_shared_bindings_equal_each_alone_in_eager(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
-    shared_sessions_equal_alone(tmp_path, capsys, "cpu", "small")
+    """MiniCPM-o's decoder (one call a speaking period) and Lychee-FD's (2 or 3 calls in one
+    period: one span of the session on the lane, its state copied in once)."""
+    shared_sessions_equal_alone(tmp_path, capsys, "cpu", "small", name)
 
 
 def test_the_summary_says_how_a_session_holds_its_bindings() -> None:
