@@ -68,11 +68,12 @@ def write_talks(folder: Path) -> Path:
 
 
 def alone_in_eager(
-    seed: int, run_seed: int, talk: Path, periods: int, device: str, model_size: str, name: str
-) -> list[Any]:
-    """Session ``seed`` alone in eager: the run's weights and voice (``run_seed``'s), its own
-    decoder under the stock path (its own streams, no bindings, no warm-up), its backbone and
-    random stream from its seed, its input's periods then silence; each period's outcome."""
+    run_seed: int, talks: Path, periods: int, device: str, model_size: str, name: str
+) -> list[list[Any]]:
+    """Each session alone in eager, one after the other: the run's weights and voice
+    (``run_seed``'s), its own decoder under the stock path (its own streams, no bindings, no
+    warm-up), its backbone and random stream from its seed (``run_seed + i``), its input's
+    periods then silence; each session's period outcomes."""
     from dataclasses import replace
 
     from adapters.registry import family
@@ -87,20 +88,23 @@ def alone_in_eager(
     request = settings.model_request(realtime=False)
     face = family(name)
     source = face.load_sessions(request, lambda stage, fraction: None)
-    speech = source.speech(source.voice(run_seed), Arm.EAGER)
-    settings = replace(settings, seed=seed)
-    loaded = face.loaded(speech, replace(request, seed=seed), {}, None)
-    session = open_session(loaded, settings, fresh=True)
-    n_in = round(session.period_s * session.input_rate)
-    wav = WavSource(talk, session.input_rate, realtime=False)
-    outcomes = []
-    with SessionRng(torch.device(device), seed).active():
-        for _ in range(periods):
-            mic = wav.read_period(n_in, timeout=1.0)
-            outcomes.append(session.step(np.zeros(n_in, np.float32) if mic is None else mic))
-    wav.close()
-    session.close()
-    return outcomes
+    sessions = []
+    for i in range(len(TALKS)):
+        seed = run_seed + i
+        speech = source.speech(source.voice(run_seed), Arm.EAGER)
+        loaded = face.loaded(speech, replace(request, seed=seed), {}, None)
+        session = open_session(loaded, replace(settings, seed=seed), fresh=True)
+        n_in = round(session.period_s * session.input_rate)
+        wav = WavSource(talks.with_name(f"talk{i}.wav"), session.input_rate, realtime=False)
+        outcomes = []
+        with SessionRng(torch.device(device), seed).active():
+            for _ in range(periods):
+                mic = wav.read_period(n_in, timeout=1.0)
+                outcomes.append(session.step(np.zeros(n_in, np.float32) if mic is None else mic))
+        wav.close()
+        session.close()
+        sessions.append(outcomes)
+    return sessions
 
 
 def shared_sessions_equal_alone(
@@ -129,6 +133,7 @@ def shared_sessions_equal_alone(
         assert "this admission captured nothing" in line["bindings"]
     outs = [soundfile.read(folder / f"out{i}.wav", dtype="int16")[0] for i in range(len(TALKS))]
     assert not any(np.array_equal(outs[0], out) for out in outs[1:])  # each speaks its own
+    alone = alone_in_eager(7, talks, PERIODS, device, model_size, name)
     for i, line in enumerate(lines):
         assert line["periods"] == PERIODS and line["speaking_periods"] > 0, line
         records = [json.loads(x) for x in (folder / f"trace.{i}.jsonl").read_text().splitlines()]
@@ -138,11 +143,9 @@ def shared_sessions_equal_alone(
         periods = [r for r in records[1:] if "loop" in r]
         assert len(periods) == PERIODS
 
-        talk = talks.with_name(f"talk{i}.wav")
-        alone = alone_in_eager(7 + i, 7, talk, PERIODS, device, model_size, name)
-        want = np.concatenate([_pcm16(o.pcm) for o in alone])
+        want = np.concatenate([_pcm16(o.pcm) for o in alone[i]])
         assert np.array_equal(outs[i], want), f"session {i}: audio differs"
-        for k, (record, outcome) in enumerate(zip(periods, alone, strict=True)):
+        for k, (record, outcome) in enumerate(zip(periods, alone[i], strict=True)):
             got, expected = record["loop"], outcome.record.loop
             for key in ("phase", "tokens", "turn_end", "barge_in", "calls", "out_peak"):
                 assert got[key] == expected[key], (i, k, key)

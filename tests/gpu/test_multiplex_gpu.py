@@ -29,11 +29,12 @@ def test_token2wav_sessions_on_lanes_equal_each_alone_in_eager() -> None:
     token2wav_sessions_equal_alone(request, lanes=2)
 
 
-def test_converse_sessions_on_shared_bindings_equal_each_alone_in_eager(
+def test_converse_sessions_on_one_set_of_bindings_equal_each_alone_in_eager(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``converse --sessions 3`` at full size on CUDA: Token2Wav's sessions on one set of shared
-    bindings (two admissions capturing nothing), each equal to itself alone in eager."""
+    bindings (two admissions capturing nothing), each equal to itself alone in eager (5 periods
+    each; the weights load twice: ~1 minute)."""
     shared_sessions_equal_alone(tmp_path, capsys, "cuda", "full")
 
 
