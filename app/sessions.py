@@ -135,7 +135,8 @@ def _converse_sessions(req: ConverseRequest, subs: list[ConverseRequest]) -> dic
         {**_finish(sub, session, tallies[sid]), "bindings": bindings_words(session.warmup)}
         for sid, (sub, session) in sessions.items()
     ]
-    return {"sessions": summaries, "model": source.title, "device": request.device}
+    way = {"model": source.title, "device": request.device, "bindings": source.bindings}
+    return {"sessions": summaries, **way}
 
 
 _BINDINGS = {

@@ -127,6 +127,7 @@ def shared_sessions_equal_alone(
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     lines = summary["sessions"]
+    assert summary["bindings"] == "shared"
     assert "captured them at its admission" in lines[0]["bindings"]
     for line in lines[1:]:
         assert line["bindings"].startswith("shared bindings")
@@ -182,7 +183,9 @@ def test_moshi_sessions_keep_their_own_bindings(
     argv += ["--input", str(talk_wav), "--output", str(tmp_path / "out{i}.wav")]
     argv += ["--trace", str(tmp_path / "trace.json"), "--sessions", "2", "--seconds", "3"]
     assert main(argv) == 0
-    for i, line in enumerate(json.loads(capsys.readouterr().out)["sessions"]):
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["bindings"] == "per-session"
+    for i, line in enumerate(summary["sessions"]):
         assert line["bindings"].startswith("per-session bindings: this session captured its own")
         records = (tmp_path / f"trace.{i}.jsonl").read_text().splitlines()
         warmup = json.loads(records[0])["settings"]["warmup"]
