@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # torch-free at run time: the settings dialog lists and check
 
     from engine.duplex import PeriodModel
     from engine.metrics import Metrics
+    from engine.multiplex import SessionRng
     from engine.replay import ReplayEngine
 
 __all__ = [
@@ -214,13 +215,27 @@ class SessionSource(Protocol):
     period_s: float  # the native period every session keeps
     input_rate: int
     output_rate: int
+    # How its sessions hold replay bindings among many (:meth:`open_multiplexed`), the
+    # family's choice: "shared" (one set per multiplexer lane and voice, each session's state
+    # copied in and out around its period) or "per-session" (each session captures its own).
+    bindings: str
 
     def state_bytes(self, arm: Arm) -> int:
         """One session's state under ``arm``, as the declaration prices it."""
         ...
 
     def open(self, seed: int, arm: Arm, eager_guard: EagerGuard | None) -> LoadedModel:
-        """A new session, warmed up and sealed."""
+        """A new session on its own bindings, warmed up and sealed."""
+        ...
+
+    def open_multiplexed(
+        self, seed: int, arm: Arm, rng: SessionRng, voice: int | None = None
+    ) -> LoadedModel:
+        """A new session among many, the way the family runs them (:attr:`bindings`): called
+        inside ``Multiplexer.admit`` (``rng`` installed, no period running); ``voice`` seeds
+        its random voice where the family has one (default: ``seed``). Its ``warmup`` says
+        ``bindings``: ``captured`` (shared bindings it made), ``shared`` (made by an earlier
+        session: it captured nothing) or ``per-session``; its ``close`` frees its state."""
         ...
 
 

@@ -3,12 +3,20 @@
 The family's weights load once (``adapters.face.session_source``); each conversation is a
 :class:`~app.session.Session` of its own (its state, voice, arm, replay engine, generator
 stream, trace), admitted to one :class:`~engine.multiplex.Multiplexer`, whose earliest-deadline
-scheduler steps every session's due period. Session ``i`` has seed ``seed + i`` (its voice and
-backbone; the weights are the seed's) and its own files: a name with ``{i}`` is each session's
+scheduler steps every session's due period. Session ``i`` has seed ``seed + i`` (its backbone
+and its random stream; the weights are the seed's); every session speaks the run's voice (the
+recording, or the random voice of ``seed``), as one assistant does. Session ``i`` has its own
+files: a name with ``{i}`` is each session's
 (``--input talk{i}.wav`` reads ``talk0.wav``, ``talk1.wav``, ...); an input without it is heard by
 every session; an output or trace without it gets ``.i`` before its suffix (``out.0.wav``).
 Files on a simulated clock, period ``k`` of every session due at ``k`` periods; each session runs
 until its input ends and its answer is over, as one conversation does.
+
+How a session holds its replay bindings is the family's choice (``SessionSource.bindings``,
+``open_multiplexed``): Token2Wav's sessions share one set per lane and voice (the first session
+captures it, a later one captures nothing and brings only its state), Moshi's each capture their
+own. Each session's summary line says which, in words (``bindings``), and its trace header's
+``warmup`` what its admission did (``bindings``, ``captures``).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from app.converse import (
 from app.outputs import claim_outputs
 from app.session import Session
 
-__all__ = ["converse_sessions", "session_request"]
+__all__ = ["bindings_words", "converse_sessions", "session_request"]
 
 
 def session_request(req: ConverseRequest, i: int) -> ConverseRequest:
@@ -100,7 +108,9 @@ def _converse_sessions(req: ConverseRequest, subs: list[ConverseRequest]) -> dic
             opened: list[Session] = []
 
             def opener(rng: SessionRng, sub: ConverseRequest = sub, opened: Any = opened) -> Any:
-                loaded = source.open(sub.settings.seed, sub.settings.arm, rng.eager)
+                loaded = source.open_multiplexed(
+                    sub.settings.seed, sub.settings.arm, rng, voice=settings.seed
+                )
                 session = open_session(loaded, sub.settings, trace=sub.jsonl, fresh=True)
                 opened.append(session)
                 return session.step, None
@@ -121,8 +131,29 @@ def _converse_sessions(req: ConverseRequest, subs: list[ConverseRequest]) -> dic
             stack.callback(session.close)
         _run(mux, sessions, tallies, stack)
     mux.shutdown()
-    summaries = [_finish(sub, session, tallies[sid]) for sid, (sub, session) in sessions.items()]
-    return {"sessions": summaries, "model": source.title, "device": request.device}
+    summaries = [
+        {**_finish(sub, session, tallies[sid]), "bindings": bindings_words(session.warmup)}
+        for sid, (sub, session) in sessions.items()
+    ]
+    way = {"model": source.title, "device": request.device, "bindings": source.bindings}
+    return {"sessions": summaries, **way}
+
+
+_BINDINGS = {
+    "captured": "shared bindings (one set per lane and voice, each session's state copied in "
+    "and out around its period): this session captured them at its admission ({captures} graphs)",
+    "shared": "shared bindings (one set per lane and voice, each session's state copied in and "
+    "out around its period): on the set an earlier session captured; this admission captured "
+    "nothing",
+    "per-session": "per-session bindings: this session captured its own at its admission "
+    "({captures} graphs)",
+}
+
+
+def bindings_words(warmup: dict[str, Any]) -> str:
+    """How a session holds its replay bindings, from its admission's record, in words."""
+    way = str(warmup.get("bindings", "per-session"))
+    return _BINDINGS[way].format(captures=warmup.get("captures", 0))
 
 
 def _arm_is_eager(opened: list[Session]) -> Callable[[Any], bool]:

@@ -196,3 +196,38 @@ def test_a_period_copies_state_in_and_out() -> None:
     with pytest.raises(RuntimeError, match="one session at a time"), a.period(), b.period():
         pass
     mux.shutdown()
+
+
+def test_a_conversation_on_shared_bindings_copies_state_only_for_calls() -> None:
+    """``open_multiplexed`` (``converse --sessions N``): a listening period (no decoder call)
+    copies no state; a reset between periods is one span; the session keeps its own arm
+    between periods and refuses the stock path."""
+    import numpy as np
+
+    source = family("synthetic").load_sessions(REQUEST, _quiet)
+    mux = Multiplexer(torch.device("cpu"), Capacity(lanes=1))
+    opened: list[Any] = []
+
+    def opener(rng: SessionRng) -> tuple[Callable[[Any], Any], Any]:
+        loaded = source.open_multiplexed(60 + len(opened), Arm.SRC, rng, voice=60)
+        opened.append(loaded)
+        return loaded.model.step, loaded.close
+
+    for seed in (60, 61):
+        mux.admit(opener, seed=seed, period_s=source.period_s)
+    a, b = (loaded.model for loaded in opened)
+    assert [loaded.warmup["bindings"] for loaded in opened] == ["captured", "shared"]
+    lane = a.shared.session.lane
+    assert b.shared.session.lane is lane and lane.loads == 0
+    silence = np.zeros(round(a.period_s * a.input_rate), np.float32)
+    with SessionRng(torch.device("cpu"), 60).active():
+        step = a.step(silence)
+    assert not step.calls and lane.loads == 0
+    b.reset()
+    assert lane.loads == 1
+    b.set_arm(Arm.SR)
+    assert b.arm == Arm.SR and a.arm == Arm.SRC
+    with pytest.raises(ValueError, match="stock path"):
+        b.set_arm(Arm.EAGER)
+    mux.shutdown()
+    assert source.shared_bindings() == 0

@@ -6,12 +6,16 @@ with the originals (the weights) but hold their own streaming states (rings size
 declaration, offsets, the delay cache, convolution states), clocks, replay engine and graphs.
 So a session is the vendor's loop over the released weights, alone with its state, whatever
 the others do. One session (the app's ``converse``) is the same thing with N = 1.
+
+Among many (``converse --sessions N``, :meth:`MoshiSessions.open_multiplexed`) each session keeps
+its own bindings (``bindings`` = ``"per-session"``): one set shared by all would copy 2 x its
+1.5 GiB of rings every 80-ms frame (``engine.multiplex``'s docstring has the arithmetic).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +25,9 @@ from adapters.moshi.config import MoshiSize
 from adapters.moshi.periods import MoshiPeriods, check_rings, warm_up
 from engine.arms import Arm
 from engine.contract import Declaration
+
+if TYPE_CHECKING:
+    from engine.multiplex import SessionRng
 
 __all__ = ["MoshiSessions", "twin"]
 
@@ -53,6 +60,7 @@ class MoshiSessions:
     ) -> None:
         self.models, self.declaration, self.size, self.device = models, declaration, size, device
         self.title, self.build_s = title, build_s
+        self.bindings = "per-session"  # open_multiplexed: each session captures its own
         values = size.point
         rate = declaration.clock_rate("sample", values)
         self.period_s = values["samples_per_frame"] / rate
@@ -61,6 +69,16 @@ class MoshiSessions:
     def state_bytes(self, arm: Arm) -> int:
         """One session's rings at the declared capacities (every arm shares them)."""
         return self.size.ring_bytes(torch.finfo(self.models.lm.dtype).bits // 8)
+
+    def open_multiplexed(
+        self, seed: int, arm: Arm, rng: SessionRng, voice: int | None = None
+    ) -> LoadedModel:
+        """A conversation among many (``adapters.face.SessionSource``): :meth:`open` with its
+        own bindings, its eager calls under ``rng``; Moshi's voice is its weights' (``voice``
+        is not read). Its warm-up record says ``bindings``: ``per-session``."""
+        loaded = self.open(seed, arm, rng.eager)
+        loaded.warmup["bindings"] = "per-session"
+        return loaded
 
     def open(
         self,

@@ -44,6 +44,7 @@ from engine.sizes import byte_text
 if TYPE_CHECKING:
     from adapters.token2wav.presets import ModelPreset
     from adapters.token2wav.sessions import Token2WavSessions
+    from adapters.token2wav.shared import SharedSession
 
 __all__ = ["LYCHEEFD", "SYNTHETIC", "SpeechModel", "Token2WavFamily"]
 
@@ -141,11 +142,18 @@ class Token2WavFamily:
         return self.loaded(speech, request, warmup, audit)
 
     def loaded(
-        self, speech: SpeechModel, request: ModelRequest, warmup: dict[str, Any], audit: Any
+        self,
+        speech: SpeechModel,
+        request: ModelRequest,
+        warmup: dict[str, Any],
+        audit: Any,
+        shared: SharedSession | None = None,
     ) -> LoadedModel:
         """The period model over a warmed-up decoder: the synthetic backbone (seeded by the
-        request) speaking through ``speech``."""
+        request) speaking through ``speech``; with ``shared``, through that session on its
+        lane's bindings (``speech`` is the lane's: ``adapters.token2wav.shared``)."""
         from adapters.synthetic import SyntheticBackbone
+        from adapters.token2wav.shared import SharedSynthesis
         from adapters.turns.vad import RATE
         from engine.windowed import WindowedSynthesis
 
@@ -159,7 +167,11 @@ class Token2WavFamily:
             device=request.device,
             seed=request.seed,
         )
-        model = WindowedSynthesis(backbone, speech.speech, speech.windower, speech.output_rate)
+        model = (
+            WindowedSynthesis(backbone, speech.speech, speech.windower, speech.output_rate)
+            if shared is None
+            else SharedSynthesis(backbone, shared, speech.output_rate)
+        )
         weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
         return LoadedModel(
             model=model,

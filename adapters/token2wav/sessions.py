@@ -11,6 +11,8 @@ still be built alone under a stock arm with :meth:`Token2WavSessions.speech`).
 :meth:`Token2WavSessions.open_shared` is the other way (``adapters.token2wav.shared``): one set
 of bindings per (multiplexer lane, voice), captured by its first session; each session owns
 only its state, copied in and out around its period; a later session captures nothing.
+It is how this family's sessions run in one process (:meth:`Token2WavSessions.open_multiplexed`,
+``duplexcadence converse --sessions N``): ``bindings`` = ``"shared"``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,12 @@ class Face(Protocol):
     ) -> dict[str, Any]: ...
 
     def loaded(
-        self, speech: SpeechModel, request: ModelRequest, warmup: dict[str, Any], audit: Any
+        self,
+        speech: SpeechModel,
+        request: ModelRequest,
+        warmup: dict[str, Any],
+        audit: Any,
+        shared: SharedSession | None = None,
     ) -> LoadedModel: ...
 
 
@@ -86,6 +93,7 @@ class Token2WavSessions:
         self.input_rate = RATE  # the synthetic backbone's voice-activity model
         weights = "checkpoint" if request.checkpoint is not None else "seeded random weights"
         self.title = f"{face.title} ({size.name}, {weights})"
+        self.bindings = "shared"  # open_multiplexed: one set per (lane, voice)
         self._bindings: dict[tuple[int, int], FlowBinding] = {}
         # Held while a session speaks with them (weakly here): voices and their prompt states.
         self._voices: weakref.WeakValueDictionary[int | None, VoicePrompt] = (
@@ -253,6 +261,20 @@ class Token2WavSessions:
         # It keeps no stock state: the arms it may switch to are the state rule's.
         request = replace(self.request, seed=seed, arm=arm, envelope=False)
         return self.face.loaded(speech, request, warmup, None)
+
+    def open_multiplexed(
+        self, seed: int, arm: Arm, rng: SessionRng, voice: int | None = None
+    ) -> LoadedModel:
+        """A conversation among many (``adapters.face.SessionSource``): on its lane's shared
+        bindings for its voice (:meth:`open_shared`), under the synthetic backbone seeded by
+        ``seed``; its warm-up record says ``bindings``: ``captured`` (it made them) or
+        ``shared`` (it captured nothing). Its close frees its state (and the bindings, with
+        the last session on them)."""
+        session, info = self.open_shared(seed, arm, rng, voice)
+        request = replace(self.request, seed=seed, arm=arm, envelope=False)
+        loaded = self.face.loaded(session.model, request, info, None, shared=session)
+        loaded.close = session.close
+        return loaded
 
 
 def check_agrees(flow: Any, hift: Any, binding: FlowBinding, declaration: str) -> None:

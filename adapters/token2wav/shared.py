@@ -27,15 +27,23 @@ captured under the lane's own graph-safe generator state (:class:`engine.multipl
 each period hands the session's seed and Philox offset into it and reads the offset back, so a
 session draws exactly what it would alone (on the CPU the vocoder's draws are host randomness,
 its classes run eagerly under the session's own state).
+
+**In a conversation** (``duplexcadence converse --sessions N``, :meth:`Token2WavSessions.
+open_multiplexed`): :class:`SharedSynthesis` is the session's period model, the windowed
+synthesis whose synthesizer (:class:`SharedSynthesizer`) is the session on its lane's bindings.
+A period's calls run in one span of the session on the lane: its state is copied in at the
+period's first call and out after its last (a listening period, with no call, copies nothing);
+between periods its arm and a reset are the session's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torch import Tensor
 
 from adapters.token2wav.speech import SpeechStream
@@ -43,10 +51,12 @@ from adapters.token2wav.speech_model import SpeechModel
 from adapters.token2wav.states import RuleValue
 from adapters.token2wav.vocoder_stream import VocoderState
 from engine.arms import Arm
+from engine.duplex import PeriodStep, SpanFactory
 from engine.multiplex import BindingRng, SessionRng
+from engine.windowed import Backbone, WindowedSynthesis
 from engine.windows import TokenWindower
 
-__all__ = ["LaneSpeech", "SessionState", "SharedSession"]
+__all__ = ["LaneSpeech", "SessionState", "SharedSession", "SharedSynthesis", "SharedSynthesizer"]
 
 
 @dataclass(eq=False)
@@ -162,3 +172,83 @@ class SharedSession:
         if self._release is not None:
             self._release()
             self._release = None
+
+
+class SharedSynthesizer:
+    """A session on shared bindings as the windowed synthesis' synthesizer
+    (``engine.windowed.Synthesizer``): its calls run on the lane's stream, the session's state
+    copied in for the span :meth:`held` (or the call alone) and out after; its arm between
+    periods is the session's own."""
+
+    def __init__(self, session: SharedSession) -> None:
+        self.session = session
+        self._span: SpanFactory | None = None
+        self._stack: ExitStack | None = None  # the span held, while it is
+        self._speech: SpeechStream | None = None  # the lane's stream, once the state is in
+
+    @property
+    def arm(self) -> Arm:
+        return self._speech.arm if self._speech is not None else self.session.state.arm
+
+    def set_arm(self, arm: Arm) -> None:
+        """Takes effect at the next call; a state-rule arm only (the session keeps no stock
+        state)."""
+        if not arm.state_rule:
+            raise ValueError(
+                f"arm {arm} runs the stock path: a session on shared bindings runs S, SR or SRc"
+            )
+        if self._speech is not None:
+            self._speech.set_arm(arm)
+        else:
+            self.session.state.arm = arm
+
+    def set_stage_timer(self, span: SpanFactory | None) -> None:
+        """The session's stage timer, given to the lane's stream for the session's spans."""
+        self._span = span
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One span of the session on the lane (a period): its state copied in at the first
+        call inside and out at the end; re-entrant (a call inside runs in the span)."""
+        if self._stack is not None:
+            yield
+            return
+        with ExitStack() as stack:
+            self._stack = stack
+            try:
+                yield
+            finally:
+                self._stack = None
+                if self._speech is not None:
+                    self._speech.set_stage_timer(None)
+                    self._speech = None
+
+    def _stream(self) -> SpeechStream:
+        if self._speech is None:
+            assert self._stack is not None, "a call runs inside held()"
+            self._speech = self._stack.enter_context(self.session.period())
+            self._speech.set_stage_timer(self._span)
+        return self._speech
+
+    def push(self, tokens: Tensor, last_chunk: bool = False) -> Tensor:
+        with self.held():
+            return self._stream().push(tokens, last_chunk)
+
+    def reset(self) -> None:
+        """Turn reset: the session's state back to the prompt-only state (in a span: by the
+        stream's own reset, as the session alone resets)."""
+        with self.held():
+            self._stream().reset()
+
+
+class SharedSynthesis(WindowedSynthesis):
+    """The windowed synthesis of a session on shared bindings: its own backbone and windower,
+    its calls of each period in one span on the lane (:class:`SharedSynthesizer`)."""
+
+    def __init__(self, backbone: Backbone, session: SharedSession, output_rate: int) -> None:
+        self.shared = SharedSynthesizer(session)
+        super().__init__(backbone, self.shared, session.windower, output_rate)
+
+    def step(self, mic: np.ndarray) -> PeriodStep:
+        with self.shared.held():
+            return super().step(mic)

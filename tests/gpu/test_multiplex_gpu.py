@@ -11,6 +11,7 @@ Run with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (``bench/run_gpu.sh`` sets it). Mos
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from adapters.face import ModelRequest
 from engine.arms import Arm
 from tests.gpu_results import record
 from tests.test_multiplex import moshi_sessions_equal_alone, token2wav_sessions_equal_alone
+from tests.test_multiplex_converse import shared_sessions_equal_alone
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +27,15 @@ pytestmark = pytest.mark.gpu
 def test_token2wav_sessions_on_lanes_equal_each_alone_in_eager() -> None:
     request = ModelRequest(device="cuda", model_size="full", arm=Arm.SRC, seed=0)
     token2wav_sessions_equal_alone(request, lanes=2)
+
+
+def test_converse_sessions_on_one_set_of_bindings_equal_each_alone_in_eager(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``converse --sessions 3`` at full size on CUDA: Token2Wav's sessions on one set of shared
+    bindings (two admissions capturing nothing), each equal to itself alone in eager (5 periods
+    each; the weights load twice: ~1 minute)."""
+    shared_sessions_equal_alone(tmp_path, capsys, "cuda", "full")
 
 
 def test_moshi_sessions_on_lanes_equal_each_alone_in_eager() -> None:
