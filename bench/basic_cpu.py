@@ -14,7 +14,8 @@ by period at the pace of a microphone: period ``k``'s audio is handed to ``step`
 conversation, so what is heard and said depends on the audio alone (no model samples).
 
 Quality: the recognizer's word error rate over the questions (``jiwer`` after lower-casing,
-dropping punctuation and spelling small numbers) and the answers' accuracy (the answer contains
+dropping punctuation and spelling small numbers; beside it, after Whisper's own English
+normalizer) and the answers' accuracy (the answer contains
 one of the question's words), per split. Latency: the wall time from the end of the question
 (``t0 +`` its last sample) to the first non-silent sample of the answer, which plays at
 ``max(step returned, period delivered) +`` its offset in the period: it includes the silence
@@ -46,7 +47,13 @@ from adapters.basic.family import MODELS, PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
-from tests.basic_questions import QUESTIONS, Question, split, word_error_rate
+from tests.basic_questions import (
+    QUESTIONS,
+    Question,
+    split,
+    whisper_word_error_rate,
+    word_error_rate,
+)
 from tests.speech import conversation
 
 LEAD_S = 1.0  # silence before each question
@@ -210,16 +217,16 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
 def quality(turns: list[dict[str, Any]]) -> dict[str, Any]:
     """Recognition WER and answer accuracy, per split and over all the questions asked (each
     turn's record: the question's ``index`` in the set, what was ``heard`` and ``said``)."""
-    out: dict[str, Any] = {"wer": {}, "accuracy": {}, "n": {}}
+    out: dict[str, Any] = {"wer": {}, "wer_whisper_normalizer": {}, "accuracy": {}, "n": {}}
     asked = [(QUESTIONS[t["index"]], t) for t in turns]
     for name in ("dev", "test", "all"):
         pairs = [(q, t) for q, t in asked if name in ("all", q.split)]
         if not pairs:
             continue
         out["n"][name] = len(pairs)
-        out["wer"][name] = round(
-            word_error_rate([q.text for q, _ in pairs], [t["heard"] for _, t in pairs]), 4
-        )
+        truths, heard = [q.text for q, _ in pairs], [t["heard"] for _, t in pairs]
+        out["wer"][name] = round(word_error_rate(truths, heard), 4)
+        out["wer_whisper_normalizer"][name] = round(whisper_word_error_rate(truths, heard), 4)
         right = sum(q.correct(t["said"]) for q, t in pairs)
         out["accuracy"][name] = round(right / len(pairs), 4)
     return out

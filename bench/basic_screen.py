@@ -62,14 +62,21 @@ _MORE = (
     ("How many wheels does a car have?", "A car has four wheels."),
 )
 
+_NAMES = (
+    "You are a voice assistant. Reply to each question with one short sentence that names the "
+    "correct answer. Say nothing else."
+)
+
 PROMPTS = {
     "shipped": PROMPT,
     "heard": chat(_HEARD, SHOTS),
     "more": chat(SYSTEM, _MORE),
     "heard_more": chat(_HEARD, _MORE),
+    "names": chat(_NAMES, SHOTS),
 }
 
 _ASKING = "Everyday questions to a voice assistant."
+_SPOKEN = "A spoken question to an assistant."
 _ONE_PASS = {"temperature": 0.0}  # no fallback to sampling: the same words every run
 
 DECODINGS: dict[str, dict[str, Any]] = {
@@ -94,6 +101,17 @@ DECODINGS: dict[str, dict[str, Any]] = {
     "prompt": {"beam_size": 1, "initial_prompt": "A question:"},
     "prompt_q": {"beam_size": 1, "initial_prompt": _ASKING},
     "beam5_prompt_q": {"beam_size": 5, "initial_prompt": _ASKING},
+    "beam5_t0_prompt_spoken": {"beam_size": 5, "initial_prompt": _SPOKEN, **_ONE_PASS},
+    "beam5_t0_timestamps": {"beam_size": 5, "without_timestamps": False, **_ONE_PASS},
+    "beam5_t0_patience2": {"beam_size": 5, "patience": 2.0, **_ONE_PASS},
+    "beam5_t0_blank": {"beam_size": 5, "suppress_blank": False, **_ONE_PASS},
+}
+# faster-whisper's transcribe options -> the shipped Recognizer's keywords (--tail)
+_RECOGNIZER = {
+    "beam_size": "beam",
+    "initial_prompt": "initial_prompt",
+    "patience": "patience",
+    "suppress_blank": "suppress_blank",
 }
 
 
@@ -154,13 +172,9 @@ def _stock(decoding: str) -> Any:
     )
 
     def words(audio: np.ndarray) -> str:
+        options = {"without_timestamps": True, **DECODINGS[decoding]}
         parts, _ = model.transcribe(
-            audio,
-            language="en",
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            **DECODINGS[decoding],
+            audio, language="en", condition_on_previous_text=False, vad_filter=False, **options
         )
         return " ".join(part.text.strip() for part in parts).strip()
 
@@ -168,25 +182,41 @@ def _stock(decoding: str) -> Any:
 
 
 def _shipped_hearing(decoding: str, tail_s: float | None) -> Any:
-    """The shipped Recognizer with ``decoding``'s beam and the encoder's window ``tail_s`` (None:
-    the whole 30 s): audio → words. One pass at temperature 0, no initial prompt."""
+    """The shipped Recognizer with ``decoding``'s options and the encoder's window ``tail_s``
+    (None: the whole 30 s): audio → words. One pass at temperature 0."""
     from adapters.basic.hearing import Recognizer
 
-    options = DECODINGS[decoding]
-    if set(options) - {"beam_size", "temperature"} or options.get("temperature") != 0.0:
-        raise SystemExit(f"--tail takes a one-pass decoding without a prompt, not {decoding}")
-    return Recognizer(2, beam=options["beam_size"], tail_s=tail_s).transcribe
+    options = dict(DECODINGS[decoding])
+    if options.pop("temperature", None) != 0.0:
+        raise SystemExit(f"--tail takes a one-pass decoding (temperature 0.0), not {decoding}")
+    timestamps = not options.pop("without_timestamps", True)
+    unknown = set(options) - set(_RECOGNIZER)
+    if unknown:
+        raise SystemExit(f"--tail: the Recognizer takes no {', '.join(sorted(unknown))}")
+    chosen = {_RECOGNIZER[key]: value for key, value in options.items()}
+    return Recognizer(2, tail_s=tail_s, timestamps=timestamps, **chosen).transcribe
 
 
 def hear(
-    segments: Path, decoding: str, pad_s: float | None, tail_s: float | None, shipped: bool
+    segments: Path,
+    decoding: str,
+    pad_s: float | None,
+    tail_s: float | None,
+    shipped: bool,
+    recognizer: str = "whisper",
 ) -> dict[str, Any]:
     """Whisper base with ``decoding`` on the saved cuts (each framed by ``pad_s`` of silence,
     None: as the cascade framed it): WER per split, CPU s per question. ``shipped``: through the
     shipped Recognizer, whose encoder sees ``tail_s`` of padding after the cut (None: all 30 s);
-    else through faster-whisper's own ``transcribe``."""
+    else through faster-whisper's own ``transcribe``. ``recognizer`` "moonshine": Moonshine base
+    (``bench/basic_moonshine.py``, one thread) instead, ``decoding`` and ``tail_s`` unused."""
     cuts = {key: reframed(audio, pad_s) for key, audio in np.load(segments).items()}
-    words = _shipped_hearing(decoding, tail_s) if shipped else _stock(decoding)
+    if recognizer == "moonshine":
+        from bench.basic_moonshine import MoonshineRecognizer
+
+        words = MoonshineRecognizer(1).transcribe
+    else:
+        words = _shipped_hearing(decoding, tail_s) if shipped else _stock(decoding)
     heard, cpu = [], []
     for question in QUESTIONS:
         began = time.process_time()
@@ -202,13 +232,16 @@ def hear(
         )
         for name in ("dev", "test")
     }
+    moonshine = recognizer == "moonshine"
     return {
         "what": "hear",
-        "recognizer": "Whisper base int8, 2 threads",
-        "path": "the shipped Recognizer" if shipped else "faster-whisper's transcribe",
-        "decoding": DECODINGS[decoding] | {"name": decoding},
+        "recognizer": "Moonshine base (moonshine-cpp 0.1.4), onnxruntime, 1 thread"
+        if moonshine
+        else "Whisper base int8, 2 threads",
+        "path": "the shipped Recognizer" if shipped or moonshine else "faster-whisper's transcribe",
+        "decoding": {"name": "greedy"} if moonshine else DECODINGS[decoding] | {"name": decoding},
         "pad_s": pad_s,
-        "tail_s": tail_s if shipped else None,
+        "tail_s": tail_s if shipped and not moonshine else None,
         "wer": wer,
         "cpu_s_p50": round(float(np.median(cpu)), 2),
         "heard": heard,
@@ -241,18 +274,19 @@ def _llama_cpp(gguf: Path, prompt: str, max_tokens: int) -> Any:
     return answer
 
 
-def _shipped(prompt: str, weights: str, steps: list[int]) -> Any:
+def _shipped(prompt: str, weights: str, steps: list[int], options: dict[str, Any]) -> Any:
     """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded,
     after the chat ``prompt`` names, its Linear layers run as ``weights`` says (``int8_dynamic``:
-    the float32 ones through torch's ``quantize_dynamic``, screened only). Each forward pass of
-    the model (a question's prefill, then one a token) appends 1 to ``steps``."""
+    the float32 ones through torch's ``quantize_dynamic``, screened only), with the Replier's
+    keyword ``options``. Each forward pass of the model (a question's prefill, then one a token)
+    appends 1 to ``steps``."""
     import torch
 
     from adapters.basic.reply import Replier
 
     torch.set_num_threads(1)  # as load_basic sets it
     dynamic = weights == "int8_dynamic"
-    replier = Replier(prompt=PROMPTS[prompt], weights="float32" if dynamic else weights)
+    replier = Replier(prompt=PROMPTS[prompt], weights="float32" if dynamic else weights, **options)
     if dynamic:
         replier._model = torch.ao.quantization.quantize_dynamic(
             replier._model, {torch.nn.Linear}, dtype=torch.qint8
@@ -263,16 +297,23 @@ def _shipped(prompt: str, weights: str, steps: list[int]) -> Any:
 
 
 def reply(
-    gguf: Path | None, prompt: str, split: str, heard_from: str, max_tokens: int, weights: str
+    gguf: Path | None,
+    prompt: str,
+    split: str,
+    heard_from: str,
+    max_tokens: int,
+    weights: str,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A reply model on what was heard: answers right, CPU s per reply. ``gguf`` None: the
     shipped Replier (transformers, its own prompt and limits, ``weights``); else that file
     through llama.cpp. ``same_words``: replies word for word those the cascade said in
-    ``bench/results/basic_cpu.json`` (counted when it heard the same words)."""
+    ``bench/results/basic_cpu.json`` (counted when it heard the same words). ``options``: the
+    shipped Replier's keywords (its defaults when None)."""
     began = time.process_time()
     steps: list[int] = []
     if gguf is None:
-        answer = _shipped(prompt, weights, steps)
+        answer = _shipped(prompt, weights, steps, options or {})
     else:
         answer = _llama_cpp(gguf, prompt, max_tokens)
     load_cpu = time.process_time() - began
@@ -303,6 +344,7 @@ def reply(
         else "llama.cpp (xllamacpp), greedy, 1 thread",
         "prompt": prompt,
         "weights": weights if gguf is None else None,
+        "options": options or {},
         "split": split,
         "heard_from": heard_from,
         "right": sum(t["right"] for t in turns),
@@ -327,6 +369,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="the JSON each run appends its record to")
     parser.add_argument("--decoding", choices=sorted(DECODINGS), default="greedy")
     parser.add_argument(
+        "--recognizer",
+        choices=("whisper", "moonshine"),
+        default="whisper",
+        help="hear: Whisper base (the shipped one) or Moonshine base (a candidate; --decoding and "
+        "--tail unused)",
+    )
+    parser.add_argument(
         "--pad", type=float, default=None, help="hear: seconds of silence each side (none: as cut)"
     )
     parser.add_argument(
@@ -348,6 +397,18 @@ def main() -> None:
         default="four_bit",
         help="reply, the shipped Replier: how its Linear layers run",
     )
+    parser.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=None,
+        help="reply, the shipped Replier: transformers' repetition penalty (none: its default)",
+    )
+    parser.add_argument(
+        "--max-sentences",
+        type=int,
+        default=None,
+        help="reply, the shipped Replier: sentences a reply may have (none: its default)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     if args.what == "cut":
@@ -355,10 +416,16 @@ def main() -> None:
         return
     if args.what == "hear":
         tail = None if args.tail in (None, "full") else float(args.tail)
-        record = hear(args.segments, args.decoding, args.pad, tail, args.tail is not None)
+        shipped = args.tail is not None
+        record = hear(args.segments, args.decoding, args.pad, tail, shipped, args.recognizer)
     else:
+        chosen = {
+            "repetition_penalty": args.repetition_penalty,
+            "max_sentences": args.max_sentences,
+        }
+        options = {key: value for key, value in chosen.items() if value is not None}
         record = reply(
-            args.gguf, args.prompt, args.split, args.heard, args.max_tokens, args.weights
+            args.gguf, args.prompt, args.split, args.heard, args.max_tokens, args.weights, options
         )
     record["environment"] = environment(" ".join(sys.argv))
     record["load_average"] = [load_before, os.getloadavg()]

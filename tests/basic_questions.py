@@ -22,7 +22,14 @@ import numpy as np
 
 from tests.speech import Conversation, conversation
 
-__all__ = ["QUESTIONS", "Question", "normalize", "split", "word_error_rate"]
+__all__ = [
+    "QUESTIONS",
+    "Question",
+    "normalize",
+    "split",
+    "whisper_word_error_rate",
+    "word_error_rate",
+]
 
 # (question, words any one of which a right answer contains): plain facts a small model can know
 _ASKED: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -157,6 +164,18 @@ def normalize(text: str) -> str:
 def word_error_rate(truths: Sequence[str], heard: Sequence[str]) -> float:
     """Corpus word error rate of ``heard`` against ``truths`` (both normalized)."""
     return float(jiwer.wer([normalize(t) for t in truths], [normalize(h) or "-" for h in heard]))
+
+
+def whisper_word_error_rate(truths: Sequence[str], heard: Sequence[str]) -> float:
+    """Corpus word error rate after Whisper's own English normalizer (transformers' copy of
+    ``EnglishTextNormalizer``: numbers as digits, "plus" as "+", contractions and titles spelled
+    out), without its British-to-American spelling table (a file of Whisper's Hub repository, not
+    in any installed package). Beside :func:`word_error_rate` for comparison with published
+    figures; the set's own bound stays the latter's."""
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    standard = EnglishTextNormalizer({})
+    return float(jiwer.wer([standard(t) for t in truths], [standard(h) or "-" for h in heard]))
 
 
 def split(name: str) -> tuple[Question, ...]:

@@ -40,3 +40,33 @@ def test_the_whole_window_hears_what_faster_whisper_hears() -> None:
         stock = " ".join(segment.text.strip() for segment in segments).strip()
         assert recognizer.transcribe(audio) == stock
     assert recognizer.transcribe(inputs[-1]) == ""  # silence: the no-speech rule
+
+
+def test_decoding_options_are_faster_whisper_s() -> None:
+    """The screened options (an initial prompt, timestamp tokens, the beam's patience, blanks
+    allowed) reach CTranslate2 as faster-whisper's ``transcribe`` hands them on."""
+    try:
+        check_installed()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    from adapters.basic.hearing import Recognizer
+
+    prompt = "A spoken question to an assistant."
+    recognizer = Recognizer(
+        2, tail_s=None, initial_prompt=prompt, timestamps=True, patience=2.0, suppress_blank=False
+    )
+    audio = QUESTIONS[0].talk(lead_s=0.2, tail_s=0.2).audio
+    segments, _ = recognizer._model.transcribe(
+        audio,
+        language="en",
+        beam_size=recognizer.beam,
+        patience=2.0,
+        temperature=0.0,
+        initial_prompt=prompt,
+        suppress_blank=False,
+        condition_on_previous_text=False,
+        without_timestamps=False,
+        vad_filter=False,
+    )
+    stock = " ".join(segment.text.strip() for segment in segments).strip()
+    assert recognizer.transcribe(audio) == stock

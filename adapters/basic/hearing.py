@@ -23,6 +23,14 @@ the whole window 14.7% / 12.7%, 2.91 s; 10 s of tail 15.4% / 13.4%, 0.98 s (four
 heard otherwise, one of them worse: "capital on Germany"; no repeats); 7.5 s 16.2% / 11.9%,
 0.87 s; 5 s 39.7% / 21.6%, 0.77 s (six repeats); 1 s (a prototype run) 446% / 199%, repeats
 to the token limit. Greedy at 10 s: 19.9% / 13.4%, 0.86 s. Chosen on dev: beam 5, 10 s.
+
+Decoding options, screened on the dev half at 10 s (``bench/basic_screen.py hear --tail 10``,
+``bench/README.md``; dev / held-out WER, CPU-s at load 4-7 against the shipped 15.4% / 13.4%,
+0.55 s): an initial prompt "A spoken question to an assistant." 19.9% / 14.2% (+0.04 s);
+timestamp tokens 16.2% / 13.4% (+0.09 s); patience 2 35.3% / 20.1% (+0.27 s); blanks allowed
+the same words. Temperature fallback never triggers on the dev half (no decoding under
+faster-whisper's log-probability or compression rules), so one pass costs nothing. The
+defaults stay; the options remain keywords for screening.
 """
 
 from __future__ import annotations
@@ -76,12 +84,26 @@ class Recognizer:
         tail_s: the encoder's window is the utterance and this much of the padding after it
             (None: the whole 30-s window, as faster-whisper pads every segment: then the words
             are faster-whisper's own ``transcribe``'s with the same options).
+        initial_prompt: text before the utterance, as faster-whisper's ``initial_prompt`` (None:
+            none; screened only, see the module docstring).
+        timestamps: decode with Whisper's timestamp tokens (faster-whisper's
+            ``without_timestamps=False``; the words are the same text tokens).
+        patience: the beam's patience (1.0: CTranslate2's and faster-whisper's default).
+        suppress_blank: suppress a blank first token (faster-whisper's default, True).
     """
 
     rate = 16000  # Whisper hears 16 kHz mono
 
     def __init__(
-        self, threads: int, device: str = "cpu", beam: int = 5, tail_s: float | None = TAIL_S
+        self,
+        threads: int,
+        device: str = "cpu",
+        beam: int = 5,
+        tail_s: float | None = TAIL_S,
+        initial_prompt: str | None = None,
+        timestamps: bool = False,
+        patience: float = 1.0,
+        suppress_blank: bool = True,
     ) -> None:
         kind, _, index = device.partition(":")
         self._model = WhisperModel(
@@ -92,12 +114,14 @@ class Recognizer:
             cpu_threads=threads,
             files=model_files(),
         )
-        self.beam, self.tail_s = beam, tail_s
+        self.beam, self.tail_s, self.timestamps = beam, tail_s, timestamps
+        self.patience, self.suppress_blank = patience, suppress_blank
         model = self._model
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
-        self._prompt = model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        before = self._tokenizer.encode(f" {initial_prompt.strip()}") if initial_prompt else []
+        self._prompt = model.get_prompt(self._tokenizer, before, without_timestamps=not timestamps)
         self._suppress = list(get_suppressed_tokens(self._tokenizer, (-1,)) or ())
         self._first_timestamp = round(_MAX_INITIAL_TIMESTAMP_S / model.time_precision)
 
@@ -120,14 +144,14 @@ class Recognizer:
             encoded,
             [self._prompt],
             beam_size=self.beam,
-            patience=1.0,
+            patience=self.patience,
             length_penalty=1.0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             max_length=self._model.max_length,
             return_scores=True,
             return_no_speech_prob=True,
-            suppress_blank=True,
+            suppress_blank=self.suppress_blank,
             suppress_tokens=self._suppress,
             max_initial_timestamp_index=self._first_timestamp,
         )[0]

