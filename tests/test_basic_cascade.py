@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from adapters.basic.cascade import PAD_S, BasicCascade
+from adapters.basic.cascade import JOIN_S, PAD_S, BasicCascade, joined
 from adapters.basic.family import PERIOD_S as PERIOD_S_BASIC
 from bench.basic_cpu import period_pcm
 from engine.duplex import DuplexLoop, PeriodStep, Phase
@@ -388,3 +388,16 @@ def test_the_user_who_speaks_up_over_it_still_barges_in(make) -> None:
     finally:
         cascade.close()
     assert sum(s.barge_in for s in steps) == 1
+
+
+def test_a_clause_ending_inside_a_sentence_keeps_little_of_its_quiet() -> None:
+    rate = 1000
+    voiced = np.full(500, 0.5, dtype=np.float32)
+    quiet = np.full(200, 0.001, dtype=np.float32)
+    out = joined(np.concatenate([voiced, quiet]), rate)
+    assert out.size == 500 + round(JOIN_S * rate)
+    assert np.array_equal(out[:500], voiced) and out[-1] == 0.0
+    assert np.all(np.diff(out[500:]) <= 0)  # faded out
+    short = np.concatenate([voiced, quiet[:10]])
+    assert np.array_equal(joined(short, rate), short)  # short enough already
+    assert np.array_equal(joined(quiet, rate), quiet)  # nothing voiced: as it is

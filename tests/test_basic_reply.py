@@ -49,3 +49,30 @@ def test_a_title_does_not_end_a_sentence():
         "a helper.",
         "Hi.",
     ]
+
+
+def first_clauses(reply: str) -> list[str]:
+    """The shipped cut (four words, or a few more while the phrase hangs), ``reply`` streamed a
+    word at a time as the model's tokens come."""
+    said: list[str] = []
+    streamer = _Clauses(None, said.append, 2, first_words=3, first_most=4)
+    for word in reply.split():
+        streamer.on_finalized_text(f" {word}")
+    streamer.on_finalized_text("", stream_end=True)
+    return said
+
+
+def test_the_first_clause_is_four_words_unless_the_phrase_hangs():
+    assert first_clauses("The capital of France is Paris. It is big. Yes.") == [
+        "The capital of France",
+        "is Paris.",
+        "It is big.",
+    ]
+    assert first_clauses("The sky on a clear day is blue.")[0] == "The sky on a clear"
+    assert first_clauses("The largest planet in our solar system is Jupiter.") == [
+        "The largest planet in our solar",  # "in", "our": hanging, so two more
+        "system is Jupiter.",
+    ]
+    # at most three words past the four, however it hangs
+    assert first_clauses("one two three of a the an b c.")[0] == "one two three of a the an"
+    assert first_clauses("A day is long. Yes.") == ["A day is long.", "Yes."]  # ended first

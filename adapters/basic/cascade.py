@@ -24,6 +24,12 @@ a new one over the whole utterance. Not at the first unvoiced window: the gaps b
 would start recognitions that cannot be interrupted and keep the worker from the real one.
 bench/basic_cpu.py measures end of speech to first reply audio, with a breakdown.
 
+Breaks. The reply's first clause may end inside a sentence (after a few words, so the voice
+starts early: ``adapters.basic.reply``); Piper ends every clause with 0.07-0.13 s of quiet as if
+it were a sentence's end, so a clause that ends on a word (no punctuation) keeps only
+``JOIN_S`` of the quiet after its last sample above ``QUIET`` (faded out): the next clause
+follows it as the next word would.
+
 Clocks. On a real clock (``realtime=True``: a microphone, or a file paced like one) a step never
 waits: the answer plays when it is ready, as it would live. On a simulated clock (a file run as
 fast as it goes) the periods would outrun the worker and the answer would land after the input
@@ -73,9 +79,11 @@ from engine.arms import Arm
 from engine.duplex import PeriodStep, Phase, SpanFactory, untimed
 from engine.playout import Playout
 
-__all__ = ["PAD_S", "BasicCascade", "Hearing", "Replying", "Speaking"]
+__all__ = ["JOIN_S", "PAD_S", "QUIET", "BasicCascade", "Hearing", "Replying", "Speaking", "joined"]
 
 PAD_S = 0.2  # the recognizer's segment: this much silence before and after the utterance
+QUIET = 0.01  # a voiced clause's trailing samples below this are its quiet (Breaks, above)
+JOIN_S = 0.03  # the quiet kept at the end of a clause that ends inside a sentence
 
 
 class Hearing(Protocol):
@@ -367,9 +375,27 @@ class BasicCascade:
 
         def say(clause: str) -> None:
             if not job.cancelled.is_set():
-                job.events.put(("say", clause, self.voice.speak(clause)))
+                pcm = self.voice.speak(clause)
+                if clause.rstrip()[-1:].isalnum():  # it ends inside a sentence
+                    pcm = joined(pcm, self.output_rate)
+                job.events.put(("say", clause, pcm))
 
         self.replier.reply(text, say, job.cancelled)
+
+
+def joined(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """``pcm`` with only ``JOIN_S`` of its trailing quiet (below ``QUIET``), faded out; as it
+    is when it is all quiet or its quiet is that short already."""
+    loud = np.flatnonzero(np.abs(pcm) >= QUIET)
+    if not loud.size:
+        return pcm
+    end = min(pcm.size, int(loud[-1]) + 1 + round(JOIN_S * rate))
+    if end == pcm.size:
+        return pcm
+    out = pcm[:end].copy()
+    tail = end - int(loud[-1]) - 1
+    out[end - tail :] *= np.linspace(1.0, 0.0, tail, dtype=np.float32)
+    return out
 
 
 def _loudest(pcm: np.ndarray, window: int) -> float:

@@ -22,9 +22,15 @@ the dev half's right answers went from 7 to 12 of 20 (``bench/basic_screen.py``)
 penalty (transformers', which counts the prompt's tokens too) answered fewer: 9 of 20 at 1.1, 10
 at 1.3, whose replies ran on (``bench/README.md``), so it is 1.0. Tokens stream
 through :class:`_Clauses`, which hands each clause to ``say`` as soon as it is complete: the first
-at its first punctuation mark once it has ``first_words`` words, or after ``first_most`` words
-wherever it is (so the voice starts early: a first clause of 6 words instead of a 13-word sentence
-saves ~0.3 s of a busy core), later ones at sentence ends.
+at its first punctuation mark once it has ``first_words`` words, or after ``first_most`` (4) words
+wherever it is, unless its last word leaves the phrase hanging ("The sky on a" waits for "clear":
+an article, a preposition, a conjunction; at most 3 words more), later ones at sentence ends. So
+the voice starts early: on the dev half's questions (one process, each way in turn, 2026-12-02
+10:56-11:01 UTC, load ~6.7) 4 words instead of 6 cut the reply's CPU to the first clause from
+0.63 / 0.53 s to 0.38 / 0.36 and Piper's for it from 0.38 / 0.34 to 0.27 / 0.24 (p50; two
+passes each). The price is a break inside most first sentences ("The capital of France | is
+Paris."); the cascade trims the voice's trailing quiet at such a break (``BasicCascade``), so
+the answer is not longer for it.
 
 The prompt is the same every turn, so its keys and values are computed once, at load (the
 *prefix cache*), and each turn prefills only its question's ~16 tokens on a copy of them: 0.3
@@ -73,6 +79,60 @@ _TITLES = "".join(rf"(?<!\b{t})" for t in ("Dr", "Mr", "Ms", "St", "Mrs", "Prof"
 _SENTENCE_END = re.compile(rf"{_TITLES}[.!?]+[\"')\]]*\s|\n")
 _CLAUSE_END = re.compile(rf"{_TITLES}[,;:.!?]+[\"')\]]*\s|\n")
 _UNSPOKEN = re.compile(r"[*#_`~<>|\[\]{}]")  # markdown and markup: nothing to say aloud
+_WORD = re.compile(r"(\S+)\s+")  # a complete word: whitespace follows it
+_PUNCTUATION = "\"'()[],;:.!?"
+# Words a phrase does not end on (articles, prepositions, conjunctions, determiners): the first
+# clause is not cut right after one ...
+_HANGING = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "of",
+        "on",
+        "in",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "into",
+        "onto",
+        "about",
+        "as",
+        "and",
+        "or",
+        "but",
+        "nor",
+        "so",
+        "than",
+        "that",
+        "this",
+        "these",
+        "those",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "some",
+        "any",
+        "no",
+        "every",
+        "each",
+        "very",
+        "more",
+        "most",
+        "many",
+        "much",
+        "few",
+        "such",
+    }
+)
+_MORE = 3  # ... unless it already has this many words past first_most
 
 
 class Replier:
@@ -83,7 +143,8 @@ class Replier:
         max_sentences: the reply stops after this many sentences.
         first_words: the first clause goes to the voice at its first punctuation mark once it
             has this many words (later clauses wait for a sentence end) ...
-        first_most: ... or once it has this many words, punctuation or not.
+        first_most: ... or once it has this many words, punctuation or not (a few more while
+            the last leaves the phrase hanging).
         repetition_penalty: transformers' penalty on every token already in the chat, the
             prompt's too (1.0: none; screened, see the module docstring).
     """
@@ -93,7 +154,7 @@ class Replier:
         max_new_tokens: int = 64,
         max_sentences: int = 2,
         first_words: int = 3,
-        first_most: int = 6,
+        first_most: int = 4,
         prompt: Sequence[dict[str, str]] = PROMPT,
         device: str = "cpu",
         weights: str = "four_bit",
@@ -205,7 +266,7 @@ class _Clauses(TextStreamer):
         super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
         self.say, self.max_sentences = say, max_sentences
         self.first_words = first_words
-        self.first_most = re.compile(rf"\s*(?:\S+\s+){{{first_most}}}")  # words, each complete
+        self.first_most = first_most
         self.pending = ""  # text decoded but not yet said
         self.said = ""  # text handed to the voice so far
         self.sentences = 0
@@ -230,8 +291,17 @@ class _Clauses(TextStreamer):
             head = self.pending[: match.end()]
             if not first or len(head.split()) >= self.first_words or _SENTENCE_END.search(head):
                 return match.end()
-        most = self.first_most.match(self.pending) if first else None
-        return most.end() if most is not None else None
+        return self._first_words_end() if first else None
+
+    def _first_words_end(self) -> int | None:
+        """Where the first clause ends without punctuation: after ``first_most`` complete words,
+        or a few more while its last word leaves the phrase hanging ("The sky on a" waits for
+        "clear"); None while too few words are complete."""
+        for words, word in enumerate(_WORD.finditer(self.pending), start=1):
+            hanging = word.group(1).strip(_PUNCTUATION).lower() in _HANGING
+            if words >= self.first_most and (not hanging or words >= self.first_most + _MORE):
+                return word.end()
+        return None
 
     def _say(self, clause: str) -> None:
         spoken = " ".join(_UNSPOKEN.sub(" ", clause).split())
