@@ -504,12 +504,21 @@ def floor(session: Session, listen: bool) -> dict[str, Any]:
         and not e.name.startswith("stage:")
     ]
     per = dict.fromkeys((*STAGES, "other"), 0.0)
+    count = dict.fromkeys(per, 0)
+    by_name: dict[str, list[float]] = {}
     for e in device:
         where = next((r[0] for r in ranges if r[1] <= e.time_range.start < r[2]), "other")
         per[where] += e.time_range.elapsed_us() / 1e3
+        count[where] += 1
+        mine = by_name.setdefault(f"{where}: {e.name[:90]}", [0, 0.0])
+        mine[0] += 1
+        mine[1] += e.time_range.elapsed_us() / 1e3
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:25]
     return {
         "floor_ms": round(sum(per.values()), 2),
         "per_stage_ms": {k: round(v, 2) for k, v in per.items()},
+        "per_stage_kernels": count,
+        "top_kernels": {name: {"n": n, "ms": round(ms, 2)} for name, (n, ms) in top},
         "kernels": len(device),
         "unit_ms_profiled": round(unit["seconds"] * 1e3, 2),
     }
@@ -643,6 +652,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the backbone's kernels: vendor, fused or both (vendor,fused): the extent phase "
         "times each; the family loads with the last one (default: backbone.yaml's for the device)",
     )  # fmt: skip
+    parser.add_argument(
+        "--sdpa", default="",
+        help="SDPA backends the extent phase also times beside backbone.yaml's and math "
+        "(e.g. cudnn)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):
@@ -658,10 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown kernels {sorted(unknown_kernels)}: choose vendor, fused")
     if "fused" in kernels and kernels[-1] != "fused":
         parser.error("--kernels: list fused last (the load joins the weights the graphs read)")
-    if kernels:
-        os.environ[KERNELS_ENV] = kernels[
-            -1
-        ]  # the family's load reads it (backbone.yaml's override)
+    if kernels:  # the family's load reads it (backbone.yaml's override)
+        os.environ[KERNELS_ENV] = kernels[-1]
     stand_ins = stand_in_imports()
     folder = work / f"MiniCPM-o-4_5-random-{args.size}"
     build_s = write_checkpoint(args.code, folder, args.size, args.device, args.seed)
@@ -690,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": loaded.warmup,
         "split_note": "stages synchronized at their edges; token2wav = our synthesis span",
         "llm_decoding": "greedy" if args.greedy else "sampled (the vendor's defaults)",
-        "kernels": kernels[-1],
+        "kernels": session.rules.kernels if session.rules is not None else None,
         "arms": {},
         "peers": {},
     }
@@ -702,8 +714,9 @@ def main(argv: list[str] | None = None) -> int:
     if "extent" in phases and session.rules is not None:
         steps = 50 if session.cuda else 3
         result["extent"] = extent_cost(
-            session.rules, args.device, steps, kernels or [session.rules.kernels]
-        )
+            session.rules, args.device, steps, kernels or [session.rules.kernels],
+            tuple(b for b in args.sdpa.split(",") if b),
+        )  # fmt: skip
         log("extent", json.dumps({k: v.get("ms_per_step", v.get("kernels"))
                                   for k, v in result["extent"].items()}))  # fmt: skip
         write(args.out, result)

@@ -192,14 +192,17 @@ def vendor_agreement(session: Any, seed: int, units: int) -> dict[str, Any]:
     return out
 
 
-def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict[str, Any]:
+def extent_cost(
+    rules: Any, device: str, steps: int, kernels: list[str], backends: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One LLM decode step replayed attending 512 slots and the carry's full capacity (the
-    extents' ends; same weights and carry), under the declared SDPA backend and under ``math``
-    (``"<extent>/math"``), with each kernel choice in ``kernels`` (keys ``"<kernels>:..."``;
-    ``fused`` only where the family loaded with it: its load joined the weights, which the
-    ``vendor`` step reads through the modules' views): device ms per step, CUDA
-    events; and per kernel choice the kernels one step launches (``kernel_count``: ATen ops
-    dispatched plus the compiled pieces' kernels) and its first call's seconds (compiles)."""
+    extents' ends; same weights and carry), under the declared SDPA backend, each of
+    ``backends`` and ``math`` (``"<extent>/<backend>"``), with each kernel choice in
+    ``kernels`` (keys ``"<kernels>:..."``; ``fused`` only where the family loaded with it: its
+    load joined the weights, which the ``vendor`` step reads through the modules' views): device
+    ms per step, CUDA events; and per kernel choice the kernels one step launches
+    (``kernel_count``: ATen ops dispatched plus the compiled pieces' kernels) and its first
+    call's seconds (compiles)."""
     from adapters.minicpmo45.kernel_count import count_call
     from adapters.minicpmo45.kv import KVCarry
     from adapters.minicpmo45.llm_step import CarryStep
@@ -216,7 +219,7 @@ def extent_cost(rules: Any, device: str, steps: int, kernels: list[str]) -> dict
             # joining the weights now would free the storage the load's graphs read
             out["fused:skipped"] = "the family was loaded with vendor kernels: list fused last"
             continue
-        for backend in dict.fromkeys((rules.backend, "math")):
+        for backend in dict.fromkeys((rules.backend, *backends, "math")):
             step = CarryStep(llm.model, capacity, backend, head=llm.lm_head, kernels=choice)
             n_layers, _, heads, cap, dim = step.carry_shape()
             dtype = rules.llm_carry.buffer.dtype

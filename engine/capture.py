@@ -10,6 +10,11 @@ CUDA-graph rules encoded here (see ENGINEERING.md and FACTS.md):
   captured callable live in the engine's shared pool.
 - The device generator is snapshotted before capture and restored after, so the first replay
   draws what eager would have drawn at that point (the capture itself draws nothing).
+- Python's cyclic garbage collector is off while capturing: a collection there could free an
+  older graph held in a reference cycle (a dropped engine), and destroying a graph is not
+  permitted while the stream captures (the capture fails). ``torch.cuda.graph`` runs
+  ``gc.collect()`` before every capture for the same reason; switching the collector off costs
+  nothing per capture, and the garbage is collected after it.
 - A failed capture is cleaned up completely: the capture is ended, the pool is handed back to the
   allocator, the partial graph is reset, the default CUDA generator is taken out of any capturing
   state (older torch leaves it there: "Offset increment outside graph capture encountered
@@ -18,6 +23,7 @@ CUDA-graph rules encoded here (see ENGINEERING.md and FACTS.md):
 
 from __future__ import annotations
 
+import gc
 import random
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -103,6 +109,8 @@ def capture_graph(
     error: BaseException | None = None
     ended = False
     outputs: Any = None
+    collecting = gc.isenabled()
+    gc.disable()  # no collection inside the capture (module docstring)
     with torch.no_grad(), torch.cuda.stream(stream):
         try:
             graph.capture_begin(pool=pool)
@@ -118,6 +126,9 @@ def capture_graph(
                 ended = True
             except Exception as exc:
                 error = error or exc
+        finally:
+            if collecting:
+                gc.enable()
     if error is not None:
         del outputs  # partial outputs point into the abandoned capture's pool
         raise CaptureFailed(error, _recover(graph, ended, device, stream, pool, rng)) from error

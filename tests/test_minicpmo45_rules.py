@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from adapters.minicpmo45.rules import BackboneRules, BackboneSpec
 from adapters.minicpmo45.warmup import backbone_saved, backbone_steps
@@ -384,3 +385,35 @@ def test_the_fused_decode_step_launches_fewer_kernels() -> None:
     assert fused["weight_bytes"] == vendor["weight_bytes"], counts
     assert fused["kernels"] < 0.65 * vendor["kernels"], (fused["kernels"], vendor["kernels"])
     assert fused["ops"].get("pow", 0) == 1 and vendor["ops"]["pow"] == 9  # the first norm only
+
+
+@pytest.mark.parametrize(
+    ("device", "backend"),
+    [("cpu", "math"), pytest.param("cuda", "efficient", marks=pytest.mark.gpu)],
+)
+def test_the_steps_additive_mask_is_what_sdpa_makes_of_the_boolean_one(
+    device: str, backend: str
+) -> None:
+    """:func:`~adapters.minicpmo45.llm_step.attention_bias`, made once a step, gives the pinned
+    attention kernel the same values as the boolean mask it replaces: equal outputs, bit for
+    bit (decode and prefill rows, grouped query heads, an extent past the live slots)."""
+    from adapters.minicpmo45.llm_step import attention_bias, sdpa_backend
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    g = torch.Generator().manual_seed(5)
+    group, extent = 4, 128
+    cols = torch.arange(extent, device=device)
+    for slots in ([37], [90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100]):
+        rows = len(slots)
+        at = torch.tensor(slots, device=device)
+        q, k, v = (
+            torch.randn(shape, generator=g).to(device, torch.bfloat16)
+            for shape in ((1, 2, group * rows, 64), (1, 2, extent, 64), (1, 2, extent, 64))
+        )
+        keep = (cols.unsqueeze(0) <= at.unsqueeze(1)).repeat(group, 1).view(1, 1, -1, extent)
+        with sdpa_backend(backend):
+            boolean = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            bias = attention_bias(cols, at, group, torch.bfloat16)
+            additive = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        assert torch.equal(boolean, additive), slots

@@ -15,9 +15,8 @@ CUDA graph each still costs a few microseconds of GPU time whatever its size. Wi
   Compiled (:func:`compiled`: inductor, mode "default" with its ``deterministic`` option, no
   graphs of its own, ``fullgraph``, ``dynamic=False``) there is one compile per ``L`` and
   model, the same for every layer and every extent: the elementwise work (the norms, rotary,
-  SiLU * up, residual adds, the next layer's input norm) fuses into a few generated kernels
-  around the GEMMs. The attention between them (the carry's write and the masked SDPA over the
-  extent) runs as before;
+  the carry's write, SiLU * up, residual adds, the next layer's input norm) fuses into a few
+  generated kernels around the GEMMs. The masked SDPA over the extent runs between them;
 * ``DUPLEXCADENCE_NO_COMPILE=1`` runs the same pieces uncompiled (the joined GEMMs still count).
 
 The arithmetic is the vendor's (RMSNorm in float32 and cast back before the weight, rotary,
@@ -85,11 +84,15 @@ def attend_in(
     eps: float,
     kv_heads: int,
     head_dim: int,
-) -> tuple[Tensor, Tensor, Tensor]:
+    kv: Tensor,
+    slots: Tensor,
+) -> Tensor:
     """One layer's attention inputs from its normed input ``[1, L, hidden]``: the joined q/k/v
-    GEMM, the q/k norms (where the model has them), rotary. Returns the queries grouped by key
-    head ``[1, kv_heads, G * L, head_dim]`` and the new keys and values ``[kv_heads, L,
-    head_dim]``."""
+    GEMM, the q/k norms (where the model has them), rotary; the new keys and values written to
+    the layer's carry ``kv [2, kv_heads, capacity, head_dim]`` at ``slots [L]`` in place (one
+    ``index_copy_`` of the whole carry: inductor stores them from the kernel that makes them,
+    where a copy into a view of it, ``kv[0]``, costs a copy of the whole carry). Returns the
+    queries grouped by key head ``[1, kv_heads, G * L, head_dim]``."""
     L = normed.shape[1]
     heads = qkv.shape[0] // head_dim - 2 * kv_heads
     q, k, v = torch.split(
@@ -101,8 +104,8 @@ def attend_in(
     q = _rotate(q.transpose(1, 2), cos, sin)
     k = _rotate(k.transpose(1, 2), cos, sin)
     v = v.view(1, L, kv_heads, head_dim).transpose(1, 2)
-    grouped = q.reshape(1, kv_heads, (heads // kv_heads) * L, head_dim)
-    return grouped, k[0], v[0]
+    kv.index_copy_(2, slots, torch.stack((k[0], v[0])))
+    return q.reshape(1, kv_heads, (heads // kv_heads) * L, head_dim)
 
 
 def attend_out(

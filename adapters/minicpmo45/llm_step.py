@@ -7,11 +7,12 @@ weights (``input_layernorm``, ``q_proj``, ``q_norm``, ``rotary_emb``, ``mlp``, .
 attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in place:
 
 * the new keys and values go to the carry at ``slots`` (``index_copy_``, a device tensor);
-* attention covers the carry's first ``extent`` slots with a boolean mask ``slot <=
-  slots[row]``; the extent is the least of a small ladder (every multiple of the declaration's
-  ``extent_step`` up to the capacity: :meth:`~.kv.KVCarry.extent`) that holds every live
-  slot, a host integer and so part of the signature: one exact signature per ``(L, extent)``,
-  never one per cache length, and the same choice under every arm. Why not the whole
+* attention covers the carry's first ``extent`` slots with the mask ``slot <= slots[row]``
+  (additive, made once a step: :func:`attention_bias`); the extent is the least of a small
+  ladder (every multiple of the declaration's ``extent_step`` up to the capacity:
+  :meth:`~.kv.KVCarry.extent`) that holds every live slot, a host integer and so part of the
+  signature: one exact signature per ``(L, extent)``, never one per cache length, and the same
+  choice under every arm. Why not the whole
   capacity (the first design): by bytes the LLM's carry (36 layers x 2 x 8 heads x 4,096
   slots x 128 x 2 B = 604 MB) is +3.7 % of a decode step's 16.4 GB of weights, but measured on
   the H200 (``bench/minicpmo45.py``'s ``extent`` phase, 2026-12-02 01:05) one replayed decode
@@ -55,7 +56,7 @@ from torch import Tensor, nn
 
 from adapters.minicpmo45.fused_step import KERNELS, compiled, join_weights
 
-__all__ = ["BACKENDS", "CarryStep", "sdpa_backend"]
+__all__ = ["BACKENDS", "CarryStep", "attention_bias", "sdpa_backend"]
 
 BACKENDS = ("efficient", "math", "flash", "cudnn")
 """SDPA backends a step may be pinned to (``torch.nn.attention.SDPBackend`` by our name)."""
@@ -72,6 +73,17 @@ def sdpa_backend(name: str) -> AbstractContextManager[None]:
         "cudnn": SDPBackend.CUDNN_ATTENTION,
     }[name]
     return sdpa_kernel([backend])
+
+
+def attention_bias(cols: Tensor, slots: Tensor, group: int, dtype: torch.dtype) -> Tensor:
+    """The additive mask ``[1, 1, group * L, extent]`` over the slots ``cols [extent]`` for the
+    rows written at ``slots [L]`` (each repeated for the ``group`` query heads of a key head): 0
+    where ``col <= slots[row]``, -inf elsewhere, in the query's ``dtype``. What SDPA makes of the
+    boolean mask inside every call (``at::where(mask, 0, -inf)`` in the query's dtype, three
+    kernels a layer), made once a step: every layer's attention kernel reads the same values."""
+    keep = (cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(group, 1)
+    bias = torch.zeros(keep.shape, dtype=dtype, device=cols.device)
+    return bias.masked_fill_(keep.logical_not(), float("-inf")).view(1, 1, *keep.shape)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -169,10 +181,8 @@ class CarryStep:
             core: Any = self.core
             cos, sin = core.rotary_emb(x, positions)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-            rows = L = x.shape[1]
-            cols = self.cols[:extent]
-            mask = (cols.unsqueeze(0) <= slots.unsqueeze(1)).repeat(self.group, 1)
-            mask = mask.view(1, 1, self.group * rows, extent)
+            L = x.shape[1]
+            mask = attention_bias(self.cols[:extent], slots, self.group, x.dtype)
             if self.fused:
                 return self._fused(x, cos, sin, slots, mask, buffer, extent)
             h = x
@@ -205,12 +215,11 @@ class CarryStep:
         attend_in, attend_out = pieces["attend_in"], pieces["attend_out"]
         h, normed = x, self.layers[0].input_layernorm(x)  # once a step: the vendor's module
         for i, w in enumerate(self.fused):
-            q, k, v = attend_in(
-                normed, w.qkv, w.q_norm, w.k_norm, cos, sin, w.eps, self.kv_heads, self.head_dim
-            )
             kv = buffer[i]
-            kv[0].index_copy_(1, slots, k)
-            kv[1].index_copy_(1, slots, v)
+            q = attend_in(
+                normed, w.qkv, w.q_norm, w.k_norm, cos, sin, w.eps, self.kv_heads, self.head_dim,
+                kv, slots,
+            )  # fmt: skip
             keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
             h, normed = attend_out(

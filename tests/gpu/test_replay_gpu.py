@@ -198,3 +198,37 @@ def test_failed_capture_falls_back_and_the_generator_recovers(
     assert engine.snapshot()["sealed"] is False
     exact = check_generator_recovers(engine, seed=11)
     record(f"capture_failure[{fn.__name__}]", reason=event.reason, recovered_exact=exact)
+
+
+def test_a_graph_collected_during_a_later_capture_does_not_break_it() -> None:
+    """An older engine's graphs, held only in a reference cycle, are not freed inside a later
+    capture (destroying a graph while the stream captures fails it): the collector is off while
+    capturing (engine/capture.py), even with a collection due at every allocation."""
+    import gc
+
+    def doubled(x: Tensor) -> Tensor:
+        [[i] for i in range(100)]  # Python allocations: with threshold 1, a collection is due
+        return x * 2 + 1
+
+    inputs = xs(4, seed=11)
+    old = ReplayEngine("cuda")
+    old_op = old.register("old", doubled, catalog=Catalog.any())
+    with torch.no_grad():
+        for x in inputs[:3]:
+            old_op(x)
+    assert old.snapshot()["total"]["captures"] == 1
+    cycle: list[object] = [old, old_op]
+    cycle.append(cycle)
+    del old, old_op, cycle  # only the collector can free the old graph now
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        engine = ReplayEngine("cuda")
+        op = engine.register("new", doubled, catalog=Catalog.any())
+        with torch.no_grad():
+            outs = [op(x) for x in inputs]
+    finally:
+        gc.set_threshold(*threshold)
+    total = engine.snapshot()["total"]
+    assert total["captures"] == 1 and total["fallbacks"] == 0, total
+    assert all(torch.equal(o, x * 2 + 1) for o, x in zip(outs, inputs, strict=True))
