@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sdpa", default="",
         help="SDPA backends the extent phase also times beside backbone.yaml's and math "
-        "(e.g. cudnn)",
+        "(e.g. cudnn), or the declared one with a decode attention (sdpa, flex)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     phases = [p for p in args.phases.split(",") if p]
@@ -703,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         "split_note": "stages synchronized at their edges; token2wav = our synthesis span",
         "llm_decoding": "greedy" if args.greedy else "sampled (the vendor's defaults)",
         "kernels": session.rules.kernels if session.rules is not None else None,
+        "decode_attention": session.rules.decode if session.rules is not None else None,
         "arms": {},
         "peers": {},
     }

@@ -203,6 +203,7 @@ def extent_cost(
     ms per step, CUDA events; and per kernel choice the kernels one step launches
     (``kernel_count``: ATen ops dispatched plus the compiled pieces' kernels) and its first
     call's seconds (compiles)."""
+    from adapters.minicpmo45.fused_step import DECODES
     from adapters.minicpmo45.kernel_count import count_call
     from adapters.minicpmo45.kv import KVCarry
     from adapters.minicpmo45.llm_step import CarryStep
@@ -220,7 +221,15 @@ def extent_cost(
             out["fused:skipped"] = "the family was loaded with vendor kernels: list fused last"
             continue
         for backend in dict.fromkeys((rules.backend, *backends, "math")):
-            step = CarryStep(llm.model, capacity, backend, head=llm.lm_head, kernels=choice)
+            # "flex" / "sdpa": the declared backend with that decode attention; the declared
+            # backend: the family's own decode attention; any other: that backend with sdpa
+            sdpa = rules.backend if backend in DECODES else backend
+            decode = backend if backend in DECODES else "sdpa"
+            decode = rules.decode if backend == rules.backend else decode
+            step = CarryStep(
+                llm.model, capacity, sdpa, head=llm.lm_head, kernels=choice, decode=decode,
+                block=rules.spec.round_to,
+            )  # fmt: skip
             n_layers, _, heads, cap, dim = step.carry_shape()
             dtype = rules.llm_carry.buffer.dtype
             carry = KVCarry(n_layers, heads, cap, dim, dtype=dtype, device=device)
@@ -251,15 +260,21 @@ def extent_cost(
                     "replay": op.counters.to_dict(),
                 }  # fmt: skip
                 if backend == rules.backend and extent == min(512, capacity):
-                    counted = count_call(
-                        functools.partial(step.logits, x, pos, pos[0], carry.buffer, extent)
-                    )
+                    try:
+                        counted = count_call(
+                            functools.partial(step.logits, x, pos, pos[0], carry.buffer, extent)
+                        )
+                    except Exception as error:  # a count that fails is reported, not fatal
+                        counted = {"error": f"{type(error).__name__}: {error}"[:300]}
                     counted["layers"] = layers
                     out[f"{choice}:kernel_count"] = counted
                 del engine, op
             del carry
         if rules.tts_step is not None and rules.tts_carry is not None:
-            out[f"{choice}:tts_kernel_count"] = _tts_count(rules, choice, device)
+            try:
+                out[f"{choice}:tts_kernel_count"] = _tts_count(rules, choice, device)
+            except Exception as error:  # a count that fails is reported, not fatal
+                out[f"{choice}:tts_kernel_count"] = {"error": f"{type(error).__name__}: {error}"}
     return out
 
 
@@ -271,7 +286,10 @@ def _tts_count(rules: Any, choice: str, device: str) -> dict[str, Any]:
     from adapters.minicpmo45.llm_step import CarryStep
 
     core = rules.tts_step.core
-    step = CarryStep(core, rules.tts_carry.capacity, rules.backend, kernels=choice)
+    step = CarryStep(
+        core, rules.tts_carry.capacity, rules.backend, kernels=choice, decode=rules.decode,
+        block=rules.spec.round_to,
+    )  # fmt: skip
     layers, _, heads, cap, dim = step.carry_shape()
     dtype = rules.tts_carry.buffer.dtype
     carry = KVCarry(layers, heads, cap, dim, dtype=dtype, device=device)

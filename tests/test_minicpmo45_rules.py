@@ -59,7 +59,12 @@ class Arms:
 
 
 def session(
-    high: int = 40, low: int = 30, speech: bool = False, block: int = 0, kernels: str = "vendor"
+    high: int = 40,
+    low: int = 30,
+    speech: bool = False,
+    block: int = 0,
+    kernels: str = "vendor",
+    decode: str = "sdpa",
 ) -> tuple[StandInBackboneDuplex, BackboneRules, Arms]:
     llm, tts = build()
     decoder = StandInDecoder(llm, high, low, preserve=5)
@@ -68,7 +73,12 @@ def session(
     arm = Arms(Arm.EAGER)
     spec = replace(BackboneSpec.read(), extent_step=EXTENT_STEP)  # a ladder at these sizes
     kernels_by_device = {"cpu": kernels, "cuda": kernels}
-    spec = replace(spec, tts_block_tokens=block or spec.tts_block_tokens, kernels=kernels_by_device)
+    spec = replace(
+        spec,
+        tts_block_tokens=block or spec.tts_block_tokens,
+        kernels=kernels_by_device,
+        decode={"cpu": decode, "cuda": decode},
+    )
     rules = BackboneRules(duplex, ReplayEngine("cpu", poison=True), arm, spec)
     return duplex, rules, arm
 
@@ -136,11 +146,17 @@ def equal(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("kernels", ["vendor", "fused"])
-def test_every_arm_equals_eager_across_slides_and_a_new_conversation(kernels: str) -> None:
+@pytest.mark.parametrize(
+    ("kernels", "decode"), [("vendor", "sdpa"), ("fused", "sdpa"), ("fused", "flex")]
+)
+def test_every_arm_equals_eager_across_slides_and_a_new_conversation(
+    kernels: str, decode: str
+) -> None:
     """With either kernel choice (``fused``: joined weights and the pieces compiled by
-    inductor's C++ backend here, Triton's on a GPU) every arm equals that choice's eager arm."""
-    duplex, rules, arm = session(kernels=kernels)
+    inductor's C++ backend here, Triton's on a GPU) and either decode attention (``flex``: one
+    token's attention by flex attention over the whole carry) every arm equals that choice's
+    eager arm."""
+    duplex, rules, arm = session(kernels=kernels, decode=decode)
     eager = conversation(duplex, 0, 6, [Arm.EAGER], arm)
     assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
     assert rules.window["slides"] >= 4, "the window slid in each half of each conversation"
@@ -417,3 +433,25 @@ def test_the_steps_additive_mask_is_what_sdpa_makes_of_the_boolean_one(
             bias = attention_bias(cols, at, group, torch.bfloat16)
             additive = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         assert torch.equal(boolean, additive), slots
+
+
+def test_flex_decode_attends_the_live_slots_as_sdpa_does() -> None:
+    """:func:`~adapters.minicpmo45.fused_step.attend_one` (flex attention over the whole carry,
+    the blocks above the live slots never read, compiled as the step runs it) against SDPA over
+    exactly the live slots: equal to float32's rounding for a slot in the first block, on a
+    block's edge and in the last one, whatever the carry holds above the live slots."""
+    from adapters.minicpmo45.fused_step import compiled
+
+    attend_one = compiled()["attend_one"]
+
+    g = torch.Generator().manual_seed(9)
+    kv_heads, group, capacity, dim, block = 2, 3, 256, 32, 64
+    kv = torch.randn(2, kv_heads, capacity, dim, generator=g)
+    for slot in (0, 63, 64, 130, 255):
+        grouped = torch.randn(1, kv_heads, group, dim, generator=g)
+        stale = kv.clone()
+        stale[:, :, slot + 1 :] = 1e4  # stale slots: masked, whatever they hold
+        out = attend_one(grouped, stale, torch.tensor([slot]), block)
+        keys, values = kv[0:1, :, : slot + 1], kv[1:2, :, : slot + 1]
+        ref = F.scaled_dot_product_attention(grouped, keys, values)
+        assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), slot

@@ -40,10 +40,12 @@ from torch import Tensor, nn
 from adapters.minicpmo45 import kernel_count
 
 __all__ = [
+    "DECODES",
     "KERNELS",
     "NO_COMPILE_ENV",
     "Compiled",
     "attend_in",
+    "attend_one",
     "attend_out",
     "compiled",
     "join_weights",
@@ -52,6 +54,10 @@ __all__ = [
 
 KERNELS = ("vendor", "fused")
 """The backbone's kernel choices (``backbone.yaml`` ``kernels``)."""
+
+DECODES = ("sdpa", "flex")
+"""The attention of a one-token step (``backbone.yaml`` ``decode_attention``): the pinned SDPA
+backend over the extent, or :func:`attend_one`."""
 
 NO_COMPILE_ENV = "DUPLEXCADENCE_NO_COMPILE"
 """Set to 1: the fused pieces run uncompiled (the joined weights stay)."""
@@ -106,6 +112,41 @@ def attend_in(
     v = v.view(1, L, kv_heads, head_dim).transpose(1, 2)
     kv.index_copy_(2, slots, torch.stack((k[0], v[0])))
     return q.reshape(1, kv_heads, (heads // kv_heads) * L, head_dim)
+
+
+def attend_one(grouped: Tensor, kv: Tensor, slots: Tensor, block: int) -> Tensor:
+    """The attention of one fed token (``slots [1]``, a decode step) over the layer's whole carry
+    ``kv [2, kv_heads, capacity, head_dim]``, by flex attention with a block mask: the blocks of
+    ``block`` slots wholly at or below the token's slot are attended whole, the one holding it
+    through the mask ``slot <= slots[0]``, the blocks above are never read. So its cost follows
+    the live slots, not the capacity; on CUDA inductor runs it as its flex-decoding kernel, the
+    carry split across the GPU's multiprocessors (the efficient SDPA kernel gives each key head
+    one block: ~23 us a layer at 512 slots on the H200). ``grouped [1, kv_heads, G, head_dim]``
+    are the queries as :func:`attend_in` lays them out; the result has the same layout (what the
+    SDPA on the grouped layout returns). ``capacity`` must be a multiple of ``block``."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    _, kv_heads, group, head_dim = grouped.shape
+    capacity = kv.shape[2]
+    blocks = capacity // block
+
+    def seen(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx <= slots[q_idx]
+
+    live = slots[:1] + 1
+    whole = torch.div(live, block, rounding_mode="floor").to(torch.int32)
+    part = (torch.remainder(live, block) != 0).to(torch.int32)
+    order = torch.arange(blocks, dtype=torch.int32, device=grouped.device)
+    edge = torch.where(order == 0, whole.clamp(max=blocks - 1), order)  # the partial block first
+    mask = BlockMask.from_kv_blocks(
+        part.view(1, 1, 1), edge.view(1, 1, 1, blocks), whole.view(1, 1, 1),
+        order.view(1, 1, 1, blocks), BLOCK_SIZE=block, mask_mod=seen,
+        seq_lengths=(1, capacity), compute_q_blocks=False,
+    )  # fmt: skip
+    queries = grouped.reshape(1, kv_heads * group, 1, head_dim)
+    out = flex_attention(queries, kv[0:1], kv[1:2], block_mask=mask, enable_gqa=True)
+    assert isinstance(out, Tensor)
+    return out.view(1, kv_heads, group, head_dim)
 
 
 def attend_out(
@@ -227,6 +268,7 @@ def compiled() -> dict[str, Compiled]:
     if _PIECES is None:
         _PIECES = {
             "attend_in": Compiled(attend_in, "attend_in"),
+            "attend_one": Compiled(attend_one, "attend_one"),
             "attend_out": Compiled(attend_out, "attend_out"),
         }
     return _PIECES

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from adapters.minicpmo45.fused_step import KERNELS, compiled, join_weights
+from adapters.minicpmo45.fused_step import DECODES, KERNELS, compiled, join_weights
 
 __all__ = ["BACKENDS", "CarryStep", "attention_bias", "sdpa_backend"]
 
@@ -101,6 +101,10 @@ class CarryStep:
         backend: the pinned SDPA backend (:data:`BACKENDS`).
         head: the LM head for :meth:`logits` (None for a stack whose caller has its own heads).
         kernels: ``vendor`` or ``fused`` (module docstring).
+        decode: a one-token call's attention: ``sdpa`` (the pinned backend over the extent, as
+            every other call) or ``flex`` (:func:`~.fused_step.attend_one` over the whole carry,
+            blocks of ``block`` slots, those above the live slots never read).
+        block: the flex attention's block of slots (a divisor of ``capacity``).
     """
 
     def __init__(
@@ -110,12 +114,18 @@ class CarryStep:
         backend: str,
         head: nn.Module | None = None,
         kernels: str = "vendor",
+        decode: str = "sdpa",
+        block: int = 64,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"SDPA backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         if kernels not in KERNELS:
             raise ValueError(f"kernels {kernels!r}: expected one of {', '.join(KERNELS)}")
-        self.kernels = kernels
+        if decode not in DECODES:
+            raise ValueError(f"decode attention {decode!r}: expected one of {', '.join(DECODES)}")
+        if decode == "flex" and capacity % block:
+            raise ValueError(f"flex decode: the capacity {capacity} is not a multiple of {block}")
+        self.kernels, self.decode, self.block = kernels, decode, block
         config: Any = core.config
         self.core, self.head, self.backend, self.capacity = core, head, backend, capacity
         self.layers: Any = core.layers
@@ -182,7 +192,10 @@ class CarryStep:
             cos, sin = core.rotary_emb(x, positions)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             L = x.shape[1]
-            mask = attention_bias(self.cols[:extent], slots, self.group, x.dtype)
+            mask = (
+                None if self._flex(L)
+                else attention_bias(self.cols[:extent], slots, self.group, x.dtype)
+            )  # fmt: skip
             if self.fused:
                 return self._fused(x, cos, sin, slots, mask, buffer, extent)
             h = x
@@ -198,6 +211,22 @@ class CarryStep:
             out: Tensor = core.norm(h)
             return out
 
+    def _flex(self, L: int) -> bool:
+        """Whether a call feeding ``L`` tokens attends by :func:`~.fused_step.attend_one`."""
+        return self.decode == "flex" and L == 1
+
+    def _attend(
+        self, grouped: Tensor, kv: Tensor, slots: Tensor, mask: Tensor | None, extent: int
+    ) -> Tensor:
+        """The attention of the grouped queries ``[1, kv_heads, G * L, head_dim]`` over the layer's
+        carry ``kv`` (written already): :func:`~.fused_step.attend_one` for one token under
+        ``decode: flex``, else the pinned SDPA over the first ``extent`` slots with ``mask``."""
+        if mask is None:
+            out: Tensor = compiled()["attend_one"](grouped, kv, slots, self.block)
+            return out
+        keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
+        return F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
+
     def logits(
         self, x: Tensor, positions: Tensor, slots: Tensor, buffer: Tensor, extent: int
     ) -> tuple[Tensor, Tensor]:
@@ -208,8 +237,8 @@ class CarryStep:
         return logits, hidden
 
     def _fused(
-        self, x: Tensor, cos: Tensor, sin: Tensor, slots: Tensor, mask: Tensor, buffer: Tensor,
-        extent: int,
+        self, x: Tensor, cos: Tensor, sin: Tensor, slots: Tensor, mask: Tensor | None,
+        buffer: Tensor, extent: int,
     ) -> Tensor:  # fmt: skip
         pieces = compiled()
         attend_in, attend_out = pieces["attend_in"], pieces["attend_out"]
@@ -220,8 +249,7 @@ class CarryStep:
                 normed, w.qkv, w.q_norm, w.k_norm, cos, sin, w.eps, self.kv_heads, self.head_dim,
                 kv, slots,
             )  # fmt: skip
-            keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            out = self._attend(q, kv, slots, mask, extent)
             h, normed = attend_out(
                 out, h, w.o_proj, w.post_norm, w.gate_up, w.down, w.next_norm, w.eps
             )
@@ -235,7 +263,7 @@ class CarryStep:
         cos: Tensor,
         sin: Tensor,
         slots: Tensor,
-        mask: Tensor,
+        mask: Tensor | None,
         kv: Tensor,
         L: int,
         extent: int,
@@ -253,8 +281,7 @@ class CarryStep:
         kv[0].index_copy_(1, slots, k[0])
         kv[1].index_copy_(1, slots, v[0])
         grouped = q.reshape(1, self.kv_heads, self.group * L, self.head_dim)
-        keys, values = kv[0, :, :extent].unsqueeze(0), kv[1, :, :extent].unsqueeze(0)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
+        out = self._attend(grouped, kv, slots, mask, extent)
         out = out.reshape(1, self.heads, L, self.head_dim).transpose(1, 2).reshape(1, L, -1)
         result: Tensor = attn.o_proj(out)
         return result

@@ -65,6 +65,7 @@ from engine.signature import Catalog, TensorSpec
 
 __all__ = [
     "DECLARATION",
+    "DECODE_ENV",
     "KERNELS_ENV",
     "STAGES",
     "WINDOW_ENV",
@@ -79,6 +80,8 @@ WINDOW_ENV = "DUPLEXCADENCE_MO45_WINDOW"
 """``high,low``: the vendor's basic window marks for a run that must see a slide early."""
 KERNELS_ENV = "DUPLEXCADENCE_MO45_KERNELS"
 """``vendor`` or ``fused``: the step's kernels for a run, over the declaration's."""
+DECODE_ENV = "DUPLEXCADENCE_MO45_DECODE"
+"""``sdpa`` or ``flex``: a one-token step's attention for a run, over the declaration's."""
 
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 
@@ -103,6 +106,7 @@ class BackboneSpec:
     extent_step: int
     sdpa: dict[str, str]
     kernels: dict[str, str]  # by device type, as ``sdpa``: ``vendor`` or ``fused``
+    decode: dict[str, str]  # by device type: ``sdpa`` or ``flex`` (a one-token step's attention)
 
     @classmethod
     def read(cls, path: Path = DECLARATION) -> BackboneSpec:
@@ -126,6 +130,7 @@ class BackboneSpec:
             extent_step=int(data["extent_step"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
             kernels={str(k): _known_kernels(str(v)) for k, v in data["kernels"].items()},
+            decode={str(k): _known_decode(str(v)) for k, v in data["decode_attention"].items()},
         )
 
     def duplex_kwargs(self) -> dict[str, Any]:
@@ -150,6 +155,23 @@ def _known_kernels(name: str) -> str:
     if name not in KERNELS:
         raise ValueError(f"backbone kernels {name!r}: expected one of {', '.join(KERNELS)}")
     return name
+
+
+def _known_decode(name: str) -> str:
+    """``name`` if it is a decode attention (:data:`~.fused_step.DECODES`), else refused."""
+    from adapters.minicpmo45.fused_step import DECODES
+
+    if name not in DECODES:
+        raise ValueError(
+            f"backbone decode_attention {name!r}: expected one of {', '.join(DECODES)}"
+        )
+    return name
+
+
+def decode_on(spec: BackboneSpec, device: torch.device) -> str:
+    """A one-token step's attention on ``device``: :data:`DECODE_ENV` where set, else the
+    declaration's for the device's type."""
+    return _known_decode(os.environ.get(DECODE_ENV, "").strip() or spec.decode[device.type])
 
 
 def kernels_on(spec: BackboneSpec, device: torch.device) -> str:
@@ -219,7 +241,7 @@ class BackboneRules(SamplingRules, AudioRules):
         device = next(llm.parameters()).device
         self.device = device
         dtype = next(llm.parameters()).dtype
-        self.kernels = kernels_on(spec, device)
+        self.kernels, self.decode = kernels_on(spec, device), decode_on(spec, device)
         self.backend, self.backend_refused = _usable_backend(
             spec.sdpa["cuda" if device.type == "cuda" else "cpu"], device, dtype
         )
@@ -228,12 +250,12 @@ class BackboneRules(SamplingRules, AudioRules):
         high = int(attribute(duplex, spec.llm_capacity_from))
         self.llm_step = CarryStep(
             llm.model, round_up(high + unit, spec.round_to), self.backend, head=llm.lm_head,
-            kernels=self.kernels,
+            kernels=self.kernels, decode=self.decode, block=spec.round_to,
         )  # fmt: skip
         self.llm_carry = self._carry(self.llm_step, dtype)
         self.llm_view = CarryView(self.llm_carry)
         hidden = int(llm.config.hidden_size)
-        extra = lambda: f"{self.backend}/{self.kernels}"  # noqa: E731
+        extra = lambda: f"{self.backend}/{self.kernels}/{self.decode}"  # noqa: E731
         catalog = self._catalog(self.llm_carry, hidden, dtype, spec.llm_lengths)
         self.ops: dict[str, ReplayOp] = {
             "llm.step": replay.register(
@@ -260,7 +282,10 @@ class BackboneRules(SamplingRules, AudioRules):
             core = tts.model
             tdtype = next(core.parameters()).dtype
             capacity = round_up(int(attribute(duplex.model, spec.tts_capacity_from)), spec.round_to)
-            self.tts_step = CarryStep(core, capacity, self.backend, kernels=self.kernels)
+            self.tts_step = CarryStep(
+                core, capacity, self.backend, kernels=self.kernels, decode=self.decode,
+                block=spec.round_to,
+            )  # fmt: skip
             self.tts_carry = self._carry(self.tts_step, tdtype)
             self.tts_view = CarryView(self.tts_carry)
             self.ops["tts.step"] = replay.register(
@@ -348,6 +373,7 @@ class BackboneRules(SamplingRules, AudioRules):
             "carry": carry,
             "sdpa_backend": self.backend,
             "kernels": self.kernels,
+            "decode_attention": self.decode,
             "compile": _compile_stats() if self.kernels == "fused" else {},
             "sdpa_refused": self.backend_refused,
         }
