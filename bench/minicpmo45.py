@@ -586,7 +586,10 @@ class StaticFeed:
         if self.length + n > self.cache.max_cache_len:
             raise RuntimeError(f"StaticCache peer: {self.length + n} > {self.cache.max_cache_len}")
         run = self.step if n == 1 else self.forward
-        logits, hidden = run(embeds[None], positions)
+        # without grad (as HF's generate runs): with autograd on, inductor's CUDA graph trees
+        # refuse their fast path ("pending, uninvoked backwards") and nothing is replayed
+        with torch.no_grad():
+            logits, hidden = run(embeds[None], positions)
         self.length += n
         self.decoder.cache = None
         if return_logits:

@@ -16,7 +16,9 @@ CUDA graph each still costs a few microseconds of GPU time whatever its size. Wi
   graphs of its own, ``fullgraph``, ``dynamic=False``) there is one compile per ``L`` and
   model, the same for every layer and every extent: the elementwise work (the norms, rotary,
   the carry's write, SiLU * up, residual adds, the next layer's input norm) fuses into a few
-  generated kernels around the GEMMs. The masked SDPA over the extent runs between them;
+  generated kernels around the GEMMs. The attention runs between them: the masked SDPA over
+  the extent, or for one token under ``decode_attention: flex`` a third compiled piece
+  (:func:`attend_one`, flex attention over the whole carry, one compile per model);
 * ``DUPLEXCADENCE_NO_COMPILE=1`` runs the same pieces uncompiled (the joined GEMMs still count).
 
 The arithmetic is the vendor's (RMSNorm in float32 and cast back before the weight, rotary,

@@ -8,24 +8,32 @@ attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in 
 
 * the new keys and values go to the carry at ``slots`` (``index_copy_``, a device tensor);
 * attention covers the carry's first ``extent`` slots with the mask ``slot <= slots[row]``
-  (additive, made once a step: :func:`attention_bias`); the extent is the least of a small
-  ladder (every multiple of the declaration's ``extent_step`` up to the capacity:
+  (additive, made once a step: :func:`attention_bias`); the extent is the least of a small ladder
+  (every multiple of the declaration's ``extent_step`` up to the capacity:
   :meth:`~.kv.KVCarry.extent`) that holds every live slot, a host integer and so part of the
   signature: one exact signature per ``(L, extent)``, never one per cache length, and the same
-  choice under every arm. Why not the whole
-  capacity (the first design): by bytes the LLM's carry (36 layers x 2 x 8 heads x 4,096
-  slots x 128 x 2 B = 604 MB) is +3.7 % of a decode step's 16.4 GB of weights, but measured on
-  the H200 (``bench/minicpmo45.py``'s ``extent`` phase, 2026-12-02 01:05) one replayed decode
-  step took 14.75 ms attending 4,096 slots against 9.47 ms attending 512: the masked attention
-  kernel works through the extent with one block per key head (8 here), so its time grows with
-  the extent far beyond its bytes. The live length sits between the prompt and the window's
-  high mark; the ladder attends at most ``extent_step`` slots more than it. The price in
-  agreement with the vendor's loop: attending masked slots changes the kernel's reduction
-  blocking, so logits differ from transformers' (which attends the live length) by about one
-  bf16 ulp. Seen on the CPU (Qwen3 in bf16, 2 layers): with the kernel transformers picks
-  there (flash) and a carry exactly as long as the cache, every logit equals transformers'
-  bit for bit; with 64 slots none does (max 0.0039). Greedy text agrees; sampled text parts
-  where a draw sits on a boundary;
+  choice under every arm. Why not the whole capacity (the first design): by bytes the LLM's carry
+  (36 layers x 2 x 8 heads x 4,096 slots x 128 x 2 B = 604 MB) is +3.7 % of a decode step's 16.4
+  GB of weights, but measured on the H200 (``bench/minicpmo45.py``'s ``extent`` phase, 2026-12-02
+  01:05) one replayed decode step took 14.75 ms attending 4,096 slots against 9.47 ms attending
+  512: the masked attention kernel works through the extent with one block per key head (8 here),
+  so its time grows with the extent far beyond its bytes. The live length sits between the prompt
+  and the window's high mark; the ladder attends at most ``extent_step`` slots more than it. The
+  price in agreement with the vendor's loop: attending masked slots changes the kernel's reduction
+  blocking, so logits differ from transformers' (which attends the live length) by about one bf16
+  ulp. Seen on the CPU (Qwen3 in bf16, 2 layers): with the kernel transformers picks there (flash)
+  and a carry exactly as long as the cache, every logit equals transformers' bit for bit; with 64
+  slots none does (max 0.0039). Greedy text agrees; sampled text parts where a draw sits on a
+  boundary;
+* a one-token call (a decode step, a speech token) under ``decode: flex``
+  (``backbone.yaml`` ``decode_attention``, the same under every arm) attends by flex attention
+  over the whole carry instead (:func:`~.fused_step.attend_one`): a block mask built on the
+  device from ``slots`` reads the blocks at or below the live slots and never the others, and on
+  CUDA the carry is split across the multiprocessors (flex decoding), so its time follows the
+  live slots and not the extent. Measured on the H200 (2026-12-02 14:14): a replayed decode step
+  5.39 ms at the 512 extent and 5.43 at 4,096, against 5.74 and 11.07 with the efficient SDPA
+  kernel above. The extent stays in the signature (the catalog is unchanged); such a call
+  ignores it;
 * grouped-query attention without copying keys: the ``G`` query heads of one key head are laid
   out as ``G * L`` query rows against that head's keys (the mask repeated ``G`` times), so
   scaled-dot-product attention runs on the carry's own views;
