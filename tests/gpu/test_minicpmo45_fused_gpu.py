@@ -29,14 +29,16 @@ def _model() -> torch.nn.Module:
     return transformers.Qwen3ForCausalLM(config).eval().to("cuda", torch.bfloat16)
 
 
-def _run(kernels: str, replay: bool) -> list[torch.Tensor]:
+def _run(kernels: str, replay: bool, decode: str = "sdpa") -> list[torch.Tensor]:
     from adapters.minicpmo45.kv import KVCarry
     from adapters.minicpmo45.llm_step import CarryStep
     from engine.replay import ReplayEngine
     from engine.signature import Catalog
 
     llm = _model()
-    step = CarryStep(llm.model, 256, "efficient", head=llm.lm_head, kernels=kernels)
+    step = CarryStep(
+        llm.model, 256, "efficient", head=llm.lm_head, kernels=kernels, decode=decode, block=64
+    )
     layers, _, heads, capacity, dim = step.carry_shape()
     carry = KVCarry(layers, heads, capacity, dim, dtype=torch.bfloat16, device="cuda")
     op = ReplayEngine("cuda").register(
@@ -58,9 +60,13 @@ def _run(kernels: str, replay: bool) -> list[torch.Tensor]:
     return outs
 
 
-@pytest.mark.parametrize("kernels", ["vendor", "fused"])
-def test_replay_equals_eager(kernels: str) -> None:
-    eager, replayed = _run(kernels, False), _run(kernels, True)
+@pytest.mark.parametrize(
+    ("kernels", "decode"), [("vendor", "sdpa"), ("fused", "sdpa"), ("fused", "flex")]
+)
+def test_replay_equals_eager(kernels: str, decode: str) -> None:
+    """``flex``: each decode step's attention by flex decoding over the whole carry (its Triton
+    kernels inside the graph), the 10-token feed by SDPA."""
+    eager, replayed = _run(kernels, False, decode), _run(kernels, True, decode)
     assert all(torch.equal(a, b) for a, b in zip(eager, replayed, strict=True))
 
 
