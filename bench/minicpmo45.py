@@ -375,6 +375,7 @@ class Session:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
         units: list[dict[str, Any]] = []
         for k in range(args.settle + args.units + args.listen):
             listen = k >= args.settle + args.units
@@ -406,8 +407,15 @@ class Session:
         if self.cuda:
             figures["peak_allocated_mib"] = round(torch.cuda.max_memory_allocated() / MIB)
             figures["peak_reserved_mib"] = round(torch.cuda.max_memory_reserved() / MIB)
+            # what was held before the first unit: the weights and, in a peer's run, our
+            # backbone's carries and captured graphs too, which the vendor's loop does not use
+            figures["allocated_at_start_mib"] = round(start / MIB)
         if self.rules is not None and callable(getattr(self.rules, "stats", None)):
             stats = self.rules.stats()
+            carry = stats.get("carry") or {}
+            figures["backbone_carries_mib"] = round(
+                sum(v for k, v in carry.items() if k.endswith("_bytes")) / MIB
+            )
             figures["rules"] = {
                 k: stats.get(k) for k in ("replay", "fallbacks", "sampled", "window", "carry")
             }
