@@ -42,7 +42,7 @@ import soxr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.basic.cascade import BasicCascade
+from adapters.basic.cascade import TAIL_S, BasicCascade
 from adapters.basic.family import MODELS, PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
@@ -118,6 +118,7 @@ class Turn:
     periods: int  # periods from the question's start to the turn's end
     slowest_step_ms: float  # the engine thread's longest step
     after_eos_s: dict[str, float]  # when the models behind the first audio ran (Stamps)
+    speculation: dict[str, int]  # the cascade's jobs: started early, hits, discards, at the take
     audio: np.ndarray = field(repr=False)  # the answer's PCM at the voice's rate (not in JSON)
     answer_heard: str = ""  # the answer's audio through the recognizer (filled by the caller)
 
@@ -182,6 +183,7 @@ def ask(
         periods=k,
         slowest_step_ms=round(slowest * 1000, 2),
         after_eos_s=stamps.breakdown(t0 + eos, first) if stamps is not None else {},
+        speculation=vars(cascade.speculation).copy(),
         audio=audio,
     )
     return turn
@@ -246,6 +248,10 @@ def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]
             )
             for key in dict.fromkeys(k for t in turns for k in t.after_eos_s)
         },
+        "speculation": {
+            key: sum(t.speculation[key] for t in turns)
+            for key in dict.fromkeys(k for t in turns for k in t.speculation)
+        },
     }
 
 
@@ -288,17 +294,26 @@ def main() -> None:
     parser.add_argument(
         "--period", type=float, default=PERIOD_S, help=f"seconds (the family uses {PERIOD_S})"
     )
+    parser.add_argument(
+        "--cut-tail",
+        type=float,
+        default=TAIL_S,
+        help=f"seconds of input the cut keeps after the voice stops, the job starting once they "
+        f"are seen (the cascade uses {TAIL_S:.3f}, one VAD window; 0.2 as before 2026-12-02 "
+        "afternoon, seven windows)",
+    )
     args = parser.parse_args()
     questions = list(split(args.split)[: args.questions])
     result: dict[str, Any] = {}
     load_before = os.getloadavg()
     began = time.monotonic()
-    cascade = load_basic(period_s=args.period)
+    cascade = load_basic(period_s=args.period, tail_s=args.cut_tail)
     result |= {
         "environment": environment(" ".join(sys.argv)),
         "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
         "models": MODELS,
         "period_s": args.period,
+        "cut_tail_s": args.cut_tail,
         "load_s": round(time.monotonic() - began, 1),
         "targets": TARGETS,
     }
