@@ -18,11 +18,13 @@ dropping punctuation and spelling small numbers; beside it, after Whisper's own 
 normalizer) and the answers' accuracy (the answer contains
 one of the question's words), per split. Latency: the wall time from the end of the question
 (``t0 +`` its last sample) to the first non-silent sample of the answer, which plays at
-``max(step returned, period delivered) +`` its offset in the period: it includes the silence
-before the answer starts speculatively, one period of buffering, the models and the engine
-thread's own delay, with the machine's load average beside it (two cores are easily shared: a
-busy machine reads slow). The JSON also has each turn (heard, said, right or not, latency, the
-answer's transcript by the same recognizer), load time, peak RSS, date and command.
+``max(step returned, period delivered) +`` its offset in the period: it includes the VAD's
+first silent window (where the answer starts speculatively, ``--cut-tail``), one period of
+buffering, the models and the engine thread's own delay, with the machine's load average
+beside it (two cores are easily shared: a busy machine reads slow) and the cascade's
+speculative starts, hits and discards summed. The JSON also has each turn (heard, said, right or
+not, latency, speculation, the answer's transcript by the same recognizer), load time, peak RSS,
+date and command.
 """
 
 from __future__ import annotations
