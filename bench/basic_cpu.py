@@ -74,9 +74,9 @@ class Stamps:
         cascade.voice.speak = self._timed("speak", speak)  # type: ignore[method-assign]
 
     def _timed(self, what: str, call: Any) -> Any:
-        def timed(arg: Any) -> Any:
+        def timed(*args: Any) -> Any:
             began, cpu = time.monotonic(), time.process_time()
-            out = call(arg)
+            out = call(*args)
             self.calls.append((what, began, time.monotonic(), cpu, time.process_time()))
             return out
 
@@ -236,8 +236,9 @@ def quality(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]:
-    """End of speech to first audio over ``turns``, with the machine's load beside it."""
+def latency(turns: list[Turn], load_before: tuple[float, ...], skipped: int) -> dict[str, Any]:
+    """End of speech to first audio over ``turns``, with the machine's load beside it
+    (``skipped``: the recognizer's decoder passes skipped meanwhile)."""
     return {
         "what": "end of the spoken question to the first reply audio, wall clock",
         "environment": environment(" ".join(sys.argv)),
@@ -254,6 +255,7 @@ def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]
             key: sum(t.speculation[key] for t in turns)
             for key in dict.fromkeys(k for t in turns for k in t.speculation)
         },
+        "decodes_skipped": skipped,  # discarded recognitions that skipped Whisper's decoder
     }
 
 
@@ -329,8 +331,10 @@ def main() -> None:
         result["turns"] = records
     if not args.quality_only:
         load_before = os.getloadavg()
+        skipped = getattr(cascade.recognizer, "skipped", 0)
         timed = run(cascade, questions, True, stamps)
-        result["latency_s"] = latency(timed, load_before)
+        skipped = getattr(cascade.recognizer, "skipped", 0) - skipped
+        result["latency_s"] = latency(timed, load_before, skipped)
     cascade.close()
     result["machine"]["load_average_after"] = os.getloadavg()
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -128,9 +128,9 @@ def cut(segments: Path, tail_s: float | None) -> None:
     calls: list[np.ndarray] = []
     hear = recognizer.transcribe
 
-    def recording(audio: np.ndarray) -> str:
+    def recording(audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         calls.append(np.asarray(audio, dtype=np.float32).copy())
-        return hear(audio)
+        return hear(audio, cancelled)
 
     recognizer.transcribe = recording  # type: ignore[method-assign]
 

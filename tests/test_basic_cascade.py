@@ -37,9 +37,11 @@ class Ears:
     ):
         self.text, self.gate, self.heard = text, gate, 0
         self.segments: list[np.ndarray] = []  # what it was handed
+        self.cancels: list[threading.Event | None] = []  # with each, its job's cancellation
 
-    def transcribe(self, audio: np.ndarray) -> str:
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         self.segments.append(audio)
+        self.cancels.append(cancelled)
         if self.gate is not None:
             self.gate.wait(timeout=30)
         self.heard += 1
@@ -196,7 +198,7 @@ def test_barge_in_stops_the_answer(make):
 class Lengths(Ears):
     """Hears each segment as its length in samples: what it heard says which cut it was."""
 
-    def transcribe(self, audio: np.ndarray) -> str:
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         super().transcribe(audio)
         return f"heard {audio.size}"
 
@@ -215,6 +217,36 @@ def test_speech_that_resumes_cancels_the_speculative_answer(make):
     assert spec.started == spec.discards + spec.hits
     # only the whole question's words are shown: a discarded job's never are
     assert heard(steps) == f"heard {ears.segments[-1].size}"
+
+
+def test_a_recognition_in_flight_is_told_its_job_was_dropped(make):
+    """The worker is inside the first job's recognition (gated) when the voice comes back: that
+    recognition sees its cancellation set, so the real recognizer may skip its decoder; the
+    whole question's job is not cancelled and is answered."""
+    gate = threading.Event()
+    ears = Ears(gate=gate)
+    # 0.1-s periods: a period ends inside the pause, while its job is still live
+    cascade = BasicCascade(ears, Mouth(), Tone(), period_s=0.1)
+    talk = conversation([0.5, "what is the capital", 0.3, "of france", 0.2]).audio
+    n = cascade.input_samples
+    talk = np.concatenate([talk, np.zeros(-talk.size % n, dtype=np.float32)])
+    steps = []
+    for i in range(0, talk.size, n):
+        steps.append(cascade.step(talk[i : i + n]))
+        deadline = time.monotonic() + 30
+        spec = cascade.speculation
+        while spec.started > spec.discards and not ears.segments:  # until the worker is in it
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    assert cascade.speculation.discards >= 1
+    first = ears.cancels[0]
+    assert first is not None and first.is_set()
+    gate.set()
+    steps += until_turn_end(cascade)
+    assert said(steps) == "Paris, in France."
+    last = ears.cancels[-1]
+    assert last is not None and not last.is_set() and len(ears.segments) >= 2
+    cascade.close()
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,7 @@ class _Recording:
     def __init__(self) -> None:
         self.cuts: list[np.ndarray] = []
 
-    def transcribe(self, audio: np.ndarray) -> str:
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         self.cuts.append(audio)
         return ""
 

@@ -30,7 +30,8 @@ the dev half's words as they were, question for question (bench/README.md; one w
 and no zeros instead heard 4 of 20 otherwise, WER 18.4% against 15.4%).
 :attr:`BasicCascade.speculation` counts the jobs started early, taken (hits), dropped
 (discards) and started only at the take. A job dropped in a pause inside a question still
-holds the worker until its recognition returns (Whisper cannot be interrupted mid-call).
+holds the worker until its recognition returns: Whisper's encoder cannot be stopped mid-call,
+but a job dropped by then skips the decoder (~40% of a recognition's time).
 bench/basic_cpu.py measures end of speech to first reply audio, with a breakdown.
 
 Breaks. The reply's first clause may end inside a sentence (after a few words, so the voice
@@ -110,11 +111,12 @@ JOIN_S = 0.03  # the quiet kept at the end of a clause that ends inside a senten
 
 
 class Hearing(Protocol):
-    """Speech recognition of one whole utterance."""
+    """Speech recognition of one whole utterance; it may give up ("") once ``cancelled`` is
+    set (between its stages: a call already inside a model runs to its end)."""
 
     rate: int
 
-    def transcribe(self, audio: np.ndarray) -> str: ...
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str: ...
 
 
 class Replying(Protocol):
@@ -429,7 +431,7 @@ class BasicCascade:
             job.events.put(("done", "", None))
 
     def _answer(self, job: _Job) -> None:
-        text = self.recognizer.transcribe(job.audio)
+        text = self.recognizer.transcribe(job.audio, job.cancelled)
         job.events.put(("heard", text, None))
         if job.cancelled.is_set() or not any(c.isalnum() for c in text):
             return
