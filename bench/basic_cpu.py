@@ -18,11 +18,13 @@ dropping punctuation and spelling small numbers; beside it, after Whisper's own 
 normalizer) and the answers' accuracy (the answer contains
 one of the question's words), per split. Latency: the wall time from the end of the question
 (``t0 +`` its last sample) to the first non-silent sample of the answer, which plays at
-``max(step returned, period delivered) +`` its offset in the period: it includes the silence
-before the answer starts speculatively, one period of buffering, the models and the engine
-thread's own delay, with the machine's load average beside it (two cores are easily shared: a
-busy machine reads slow). The JSON also has each turn (heard, said, right or not, latency, the
-answer's transcript by the same recognizer), load time, peak RSS, date and command.
+``max(step returned, period delivered) +`` its offset in the period: it includes the VAD's
+first silent window (where the answer starts speculatively, ``--cut-tail``), one period of
+buffering, the models and the engine thread's own delay, with the machine's load average
+beside it (two cores are easily shared: a busy machine reads slow) and the cascade's
+speculative starts, hits and discards summed. The JSON also has each turn (heard, said, right or
+not, latency, speculation, the answer's transcript by the same recognizer), load time, peak RSS,
+date and command.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import soxr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.basic.cascade import BasicCascade
+from adapters.basic.cascade import TAIL_S, BasicCascade
 from adapters.basic.family import MODELS, PERIOD_S
 from adapters.basic.load import load_basic
 from bench.env_info import environment
@@ -72,9 +74,9 @@ class Stamps:
         cascade.voice.speak = self._timed("speak", speak)  # type: ignore[method-assign]
 
     def _timed(self, what: str, call: Any) -> Any:
-        def timed(arg: Any) -> Any:
+        def timed(*args: Any) -> Any:
             began, cpu = time.monotonic(), time.process_time()
-            out = call(arg)
+            out = call(*args)
             self.calls.append((what, began, time.monotonic(), cpu, time.process_time()))
             return out
 
@@ -118,6 +120,7 @@ class Turn:
     periods: int  # periods from the question's start to the turn's end
     slowest_step_ms: float  # the engine thread's longest step
     after_eos_s: dict[str, float]  # when the models behind the first audio ran (Stamps)
+    speculation: dict[str, int]  # the cascade's jobs: started early, hits, discards, at the take
     audio: np.ndarray = field(repr=False)  # the answer's PCM at the voice's rate (not in JSON)
     answer_heard: str = ""  # the answer's audio through the recognizer (filled by the caller)
 
@@ -182,6 +185,7 @@ def ask(
         periods=k,
         slowest_step_ms=round(slowest * 1000, 2),
         after_eos_s=stamps.breakdown(t0 + eos, first) if stamps is not None else {},
+        speculation=vars(cascade.speculation).copy(),
         audio=audio,
     )
     return turn
@@ -232,8 +236,9 @@ def quality(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]:
-    """End of speech to first audio over ``turns``, with the machine's load beside it."""
+def latency(turns: list[Turn], load_before: tuple[float, ...], skipped: int) -> dict[str, Any]:
+    """End of speech to first audio over ``turns``, with the machine's load beside it
+    (``skipped``: the recognizer's decoder passes skipped meanwhile)."""
     return {
         "what": "end of the spoken question to the first reply audio, wall clock",
         "environment": environment(" ".join(sys.argv)),
@@ -246,6 +251,11 @@ def latency(turns: list[Turn], load_before: tuple[float, ...]) -> dict[str, Any]
             )
             for key in dict.fromkeys(k for t in turns for k in t.after_eos_s)
         },
+        "speculation": {
+            key: sum(t.speculation[key] for t in turns)
+            for key in dict.fromkeys(k for t in turns for k in t.speculation)
+        },
+        "decodes_skipped": skipped,  # discarded recognitions that skipped Whisper's decoder
     }
 
 
@@ -288,17 +298,26 @@ def main() -> None:
     parser.add_argument(
         "--period", type=float, default=PERIOD_S, help=f"seconds (the family uses {PERIOD_S})"
     )
+    parser.add_argument(
+        "--cut-tail",
+        type=float,
+        default=TAIL_S,
+        help=f"seconds of input the cut keeps after the voice stops, the job starting once they "
+        f"are seen (the cascade uses {TAIL_S:.3f}, one VAD window; 0.2 as before 2026-12-02 "
+        "afternoon, seven windows)",
+    )
     args = parser.parse_args()
     questions = list(split(args.split)[: args.questions])
     result: dict[str, Any] = {}
     load_before = os.getloadavg()
     began = time.monotonic()
-    cascade = load_basic(period_s=args.period)
+    cascade = load_basic(period_s=args.period, tail_s=args.cut_tail)
     result |= {
         "environment": environment(" ".join(sys.argv)),
         "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
         "models": MODELS,
         "period_s": args.period,
+        "cut_tail_s": args.cut_tail,
         "load_s": round(time.monotonic() - began, 1),
         "targets": TARGETS,
     }
@@ -312,8 +331,10 @@ def main() -> None:
         result["turns"] = records
     if not args.quality_only:
         load_before = os.getloadavg()
+        skipped = getattr(cascade.recognizer, "skipped", 0)
         timed = run(cascade, questions, True, stamps)
-        result["latency_s"] = latency(timed, load_before)
+        skipped = getattr(cascade.recognizer, "skipped", 0) - skipped
+        result["latency_s"] = latency(timed, load_before, skipped)
     cascade.close()
     result["machine"]["load_average_after"] = os.getloadavg()
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -115,9 +115,10 @@ _RECOGNIZER = {
 }
 
 
-def cut(segments: Path) -> None:
-    """Save the cascade's cut of every question (the audio its last recognition got)."""
-    from adapters.basic.cascade import BasicCascade
+def cut(segments: Path, tail_s: float | None) -> None:
+    """Save the cascade's cut of every question (the audio its last recognition got), the cut
+    keeping ``tail_s`` of input after the voice stops (None: the cascade's own)."""
+    from adapters.basic.cascade import TAIL_S, BasicCascade
     from adapters.basic.family import PERIOD_S
     from adapters.basic.hearing import Recognizer
     from adapters.basic.voice import Voice
@@ -127,9 +128,9 @@ def cut(segments: Path) -> None:
     calls: list[np.ndarray] = []
     hear = recognizer.transcribe
 
-    def recording(audio: np.ndarray) -> str:
+    def recording(audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         calls.append(np.asarray(audio, dtype=np.float32).copy())
-        return hear(audio)
+        return hear(audio, cancelled)
 
     recognizer.transcribe = recording  # type: ignore[method-assign]
 
@@ -138,7 +139,10 @@ def cut(segments: Path) -> None:
             say("Okay.")
             return "Okay."
 
-    cascade = BasicCascade(recognizer, OneWord(), Voice(), period_s=PERIOD_S, realtime=False)
+    tail = TAIL_S if tail_s is None else tail_s
+    cascade = BasicCascade(
+        recognizer, OneWord(), Voice(), period_s=PERIOD_S, realtime=False, tail_s=tail
+    )
     cuts = {}
     for question in QUESTIONS:
         calls.clear()
@@ -366,6 +370,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=("cut", "hear", "reply"))
     parser.add_argument("--segments", type=Path, help="the cuts' .npz (cut writes, hear reads)")
+    parser.add_argument(
+        "--cut-tail",
+        type=float,
+        default=None,
+        help="cut: seconds of input kept after the voice stops (none: the cascade's TAIL_S)",
+    )
     parser.add_argument("--out", type=Path, help="the JSON each run appends its record to")
     parser.add_argument("--decoding", choices=sorted(DECODINGS), default="greedy")
     parser.add_argument(
@@ -412,7 +422,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     if args.what == "cut":
-        cut(args.segments)
+        cut(args.segments, args.cut_tail)
         return
     if args.what == "hear":
         tail = None if args.tail in (None, "full") else float(args.tail)

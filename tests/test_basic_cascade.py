@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from adapters.basic.cascade import JOIN_S, PAD_S, BasicCascade, joined
+from adapters.basic.cascade import JOIN_S, PAD_S, STOP_S, BasicCascade, joined
 from adapters.basic.family import PERIOD_S as PERIOD_S_BASIC
 from bench.basic_cpu import period_pcm
 from engine.duplex import DuplexLoop, PeriodStep, Phase
@@ -37,9 +37,11 @@ class Ears:
     ):
         self.text, self.gate, self.heard = text, gate, 0
         self.segments: list[np.ndarray] = []  # what it was handed
+        self.cancels: list[threading.Event | None] = []  # with each, its job's cancellation
 
-    def transcribe(self, audio: np.ndarray) -> str:
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
         self.segments.append(audio)
+        self.cancels.append(cancelled)
         if self.gate is not None:
             self.gate.wait(timeout=30)
         self.heard += 1
@@ -82,9 +84,10 @@ def make() -> Iterator[Callable[..., BasicCascade]]:
         mouth: Mouth | None = None,
         tone: Tone | None = None,
         realtime: bool = True,
+        speculate: bool = True,
     ) -> BasicCascade:
         parts = (ears or Ears(), mouth or Mouth(), tone or Tone())
-        cascade = BasicCascade(*parts, PERIOD_S, realtime=realtime)
+        cascade = BasicCascade(*parts, PERIOD_S, realtime=realtime, speculate=speculate)
         made.append(cascade)
         return cascade
 
@@ -192,8 +195,16 @@ def test_barge_in_stops_the_answer(make):
     assert not any(played(s) for s in after)  # nothing of the old answer plays after it
 
 
+class Lengths(Ears):
+    """Hears each segment as its length in samples: what it heard says which cut it was."""
+
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
+        super().transcribe(audio)
+        return f"heard {audio.size}"
+
+
 def test_speech_that_resumes_cancels_the_speculative_answer(make):
-    ears = Ears()
+    ears = Lengths()
     cascade = make(ears=ears)
     # A 0.3-s pause inside the question (shorter than the turn-taker's 0.6 s): the first half
     # starts a speculative job, the second half cancels it; one answer, to the whole question.
@@ -201,6 +212,74 @@ def test_speech_that_resumes_cancels_the_speculative_answer(make):
     steps = feed(cascade, talk.audio) + until_turn_end(cascade)
     assert sum(s.turn_end for s in steps) == 1
     assert said(steps) == "Paris, in France."
+    spec = cascade.speculation
+    assert spec.discards >= 1 and spec.hits == 1 and spec.at_take == 0
+    assert spec.started == spec.discards + spec.hits
+    # only the whole question's words are shown: a discarded job's never are
+    assert heard(steps) == f"heard {ears.segments[-1].size}"
+
+
+def test_a_recognition_in_flight_is_told_its_job_was_dropped(make):
+    """The worker is inside the first job's recognition (gated) when the voice comes back: that
+    recognition sees its cancellation set, so the real recognizer may skip its decoder; the
+    whole question's job is not cancelled and is answered."""
+    gate = threading.Event()
+    ears = Ears(gate=gate)
+    # 0.1-s periods: a period ends inside the pause, while its job is still live
+    cascade = BasicCascade(ears, Mouth(), Tone(), period_s=0.1)
+    talk = conversation([0.5, "what is the capital", 0.3, "of france", 0.2]).audio
+    n = cascade.input_samples
+    talk = np.concatenate([talk, np.zeros(-talk.size % n, dtype=np.float32)])
+    steps = []
+    for i in range(0, talk.size, n):
+        steps.append(cascade.step(talk[i : i + n]))
+        deadline = time.monotonic() + 30
+        spec = cascade.speculation
+        while spec.started > spec.discards and not ears.segments:  # until the worker is in it
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    assert cascade.speculation.discards >= 1
+    first = ears.cancels[0]
+    assert first is not None and first.is_set()
+    gate.set()
+    steps += until_turn_end(cascade)
+    assert said(steps) == "Paris, in France."
+    last = ears.cancels[-1]
+    assert last is not None and not last.is_set() and len(ears.segments) >= 2
+    cascade.close()
+
+
+@pytest.mark.parametrize(
+    "parts", [["what is the capital of france"], ["what is the capital", 0.3, "of france"]]
+)
+def test_the_speculative_cut_is_the_cut_at_the_take(make, parts) -> None:
+    """The job begun at the first silent window hears, bit for bit, what a job begun only when
+    the turn is taken hears: the same audio, so (the recognizer deterministic) the same words."""
+    early, late = Ears(), Ears()
+    talk = conversation([0.5, *parts, 0.2]).audio
+    for ears, speculate in ((early, True), (late, False)):
+        cascade = make(ears=ears, speculate=speculate)
+        steps = feed(cascade, talk) + until_turn_end(cascade)
+        assert said(steps) == "Paris, in France."
+        taken = cascade.speculation
+        assert (taken.hits, taken.at_take) == ((1, 0) if speculate else (0, 1))
+    assert len(late.segments) == 1
+    assert np.array_equal(early.segments[-1], late.segments[0])
+    # it began at the first silent window: the cut keeps one window of input after the voice,
+    # the rest of the 0.2 s of quiet is zeros
+    tail = early.segments[-1][: -round(PAD_S * 16000)][-round(STOP_S * 16000) :]
+    assert not tail[512 * 1 :].any()
+
+
+def test_a_sound_too_short_to_answer_starts_no_job(make):
+    ears = Ears()
+    cascade = make(ears=ears)
+    click = np.zeros(round(1.5 * 16000), dtype=np.float32)
+    speech = conversation(["what"]).audio[: round(0.1 * 16000)]
+    click[8000 : 8000 + speech.size] = speech
+    steps = feed(cascade, click)
+    assert cascade.speculation.started == 0 and not ears.segments
+    assert not any(s.phase is Phase.SPEAK for s in steps)
 
 
 def test_nothing_heard_ends_the_turn_in_silence(make):

@@ -8,6 +8,8 @@ option for option (the stock path, bit for bit in the text). Two spoken question
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,11 @@ def test_the_whole_window_hears_what_faster_whisper_hears() -> None:
         )
         stock = " ".join(segment.text.strip() for segment in segments).strip()
         assert recognizer.transcribe(audio) == stock
+        assert recognizer.transcribe(audio, threading.Event()) == stock  # not cancelled
     assert recognizer.transcribe(inputs[-1]) == ""  # silence: the no-speech rule
+    dropped = threading.Event()
+    dropped.set()
+    assert recognizer.transcribe(inputs[0], dropped) == ""  # its job dropped: no decoding
 
 
 def test_decoding_options_are_faster_whisper_s() -> None:

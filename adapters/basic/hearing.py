@@ -35,6 +35,8 @@ defaults stay; the options remain keywords for screening.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from faster_whisper import WhisperModel
 from faster_whisper.audio import pad_or_trim
@@ -124,6 +126,7 @@ class Recognizer:
         self._prompt = model.get_prompt(self._tokenizer, before, without_timestamps=not timestamps)
         self._suppress = list(get_suppressed_tokens(self._tokenizer, (-1,)) or ())
         self._first_timestamp = round(_MAX_INITIAL_TIMESTAMP_S / model.time_precision)
+        self.skipped = 0  # decoder passes skipped: the call was cancelled by then
 
     def window(self, content: int) -> int:
         """The encoder's frames for an utterance of ``content`` frames (an even number: Whisper's
@@ -134,12 +137,17 @@ class Recognizer:
         frames = content + round(self.tail_s * self._model.frames_per_second)
         return min(full, int(frames + frames % 2))
 
-    def transcribe(self, audio: np.ndarray) -> str:
-        """The words in ``audio`` (float32 mono at 16 kHz, up to 30 s), "" when none."""
+    def transcribe(self, audio: np.ndarray, cancelled: threading.Event | None = None) -> str:
+        """The words in ``audio`` (float32 mono at 16 kHz, up to 30 s), "" when none, or when
+        ``cancelled`` is set once the encoder is done (the decoder, ~40% of the time, skipped:
+        the cascade drops a speculative recognition when the user speaks again)."""
         samples = np.asarray(audio, dtype=np.float32)
         features = self._model.feature_extractor(samples)
         content = features[:, : features.shape[-1] - 1]  # faster-whisper's content frames
         encoded = self._model.encode(pad_or_trim(content, self.window(content.shape[-1])))
+        if cancelled is not None and cancelled.is_set():
+            self.skipped += 1
+            return ""
         result = self._model.model.generate(
             encoded,
             [self._prompt],

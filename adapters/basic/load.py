@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from adapters.basic.cascade import BasicCascade
+from adapters.basic.cascade import TAIL_S, BasicCascade
 from adapters.basic.shipped import check_installed
 
 __all__ = ["load_basic"]
@@ -28,6 +28,7 @@ def load_basic(
     torch_threads: int = 1,
     realtime: bool = True,
     device: str = "cpu",
+    tail_s: float = TAIL_S,
 ) -> BasicCascade:
     """The cascade with Whisper base, SmolLM2-135M-Instruct and Piper's joe voice.
 
@@ -35,7 +36,8 @@ def load_basic(
     threads for recognition (default: the cores, at most 4); the voice uses onnxruntime's pool.
     ``realtime``: see :class:`BasicCascade` (False: a simulated clock, steps wait for answers).
     ``device``: where the recognizer and the reply model run ("cpu" or "cuda[:N]"); the voice
-    stays on the CPU (onnxruntime's CPU build; it is 0.05x real time there).
+    stays on the CPU (onnxruntime's CPU build; it is 0.05x real time there). ``tail_s``: the
+    input the cut keeps after the user's voice stops (:class:`BasicCascade`).
     ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
     here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
     machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
@@ -60,4 +62,6 @@ def load_basic(
     voice.speak("Hello.")
     replier.warm_up()
     report("loading", 1.0)
-    return BasicCascade(recognizer, replier, voice, period_s=period_s, realtime=realtime)
+    return BasicCascade(
+        recognizer, replier, voice, period_s=period_s, realtime=realtime, tail_s=tail_s
+    )

@@ -103,6 +103,11 @@ class TurnTaker:
         """True while the assistant holds the turn."""
         return self.floor is Floor.ASSISTANT
 
+    @property
+    def heard_enough(self) -> bool:
+        """True when the user's turn has ``min_speech_s`` of voice (a pause would take it)."""
+        return self._speech >= self._min_speech
+
     def update(self, prob: float, hold: bool = False) -> TurnEvent:
         """One window's speech probability; ``hold`` defers a take or barge-in to a later window."""
         self._voice(prob)
