@@ -46,20 +46,19 @@ fast as it goes) the periods would outrun the worker and the answer would land a
 ended, so with ``realtime=False`` a speaking step waits for the worker until it has a period of
 audio or the answer is done: the output is then the same whatever the machine's speed.
 
-Its own voice. On speakers the microphone hears the answer too (echo cancellation leaves a
-residue, most of all while it converges: the first 0.2-0.4 s of an answer came back at full
-level on the project's PipeWire device), and the answer's tail still plays after the period
-that handed out its last sample (the sink's queue, both devices' latencies). A voiced window
-counts as the user only when it is louder than ``self_voice`` times the loudest window the
-cascade played in the last ``echo_s`` seconds: quieter voice is taken for its own (0.1: 20 dB
-down, what echo cancellation leaves). ``echo_s`` outlasts the echo's path: measured on that
-device under load, an answer's echo came 0.8-1.0 s after its period (a period of audio, the
-sink's prebuffer and what a late period left queued, 0.12 s of latency at each end); with
-0.4 s of memory the tail of an answer, heard after it ended, was answered. So it does not
-answer itself, nor barge in on itself; a user who speaks up over it does. With nothing played
-lately the reference is zero and every voiced window counts. (The reference is the output's
-level, not the microphone's: a microphone set far quieter than the voice makes barging in
-harder.)
+Its own voice. On speakers the microphone hears the answer too (echo cancellation leaves a residue,
+most of all while it converges: the first 0.2-0.4 s of an answer came back at full level on the
+project's PipeWire device), and the answer's tail still plays after the period that handed out its
+last sample (the sink's queue, both devices' latencies). A voiced window counts as the user only
+when it is louder (its level over 96 ms, a syllable, ending with it) than ``self_voice`` times the
+loudest window the cascade played in the last ``echo_s`` seconds: quieter voice is taken for its
+own (0.1: 20 dB down, what echo cancellation leaves). ``echo_s`` outlasts the echo's path: measured
+on that device under load, an answer's echo came 0.8-1.0 s after its period (a period of audio, the
+sink's prebuffer and what a late period left queued, 0.12 s of latency at each end); with 0.4 s of
+memory the tail of an answer, heard after it ended, was answered. So it does not answer itself, nor
+barge in on itself; a user who speaks up over it does. With nothing played lately the reference is
+zero and every voiced window counts. (The reference is the output's level, not the microphone's: a
+microphone set far quieter than the voice makes barging in harder.)
 
 Output: a :class:`~engine.duplex.PeriodStep` (it is an ``engine.duplex.PeriodModel``) whose audio
 is at most one period, the part of the answer this period plays: the loop's playout queue stays
@@ -105,6 +104,7 @@ __all__ = [
 
 PAD_S = 0.2  # the recognizer's segment: this much silence before and after the utterance
 TAIL_S = WINDOW / RATE  # the input kept after the voice stops: the first silent window
+LEVEL_WINDOWS = 3  # VAD windows whose level is weighed against the echo (96 ms: a syllable)
 STOP_S = 0.2  # the cut's quiet after the voice stops: TAIL_S of input, then zeros (then PAD_S)
 QUIET = 0.01  # a voiced clause's trailing samples below this are its quiet (Breaks, above)
 JOIN_S = 0.03  # the quiet kept at the end of a clause that ends inside a sentence
@@ -181,8 +181,9 @@ class BasicCascade:
         realtime: the clock is real (a step never waits); False: a speaking step waits for the
             worker (a simulated clock; see the module docstring).
         wait_s: the longest a step waits for the worker when ``realtime`` is False.
-        self_voice: a voiced window quieter (rms) than this times the loudest window played in
-            the last ``echo_s`` seconds is taken for the cascade's own voice (module docstring).
+        self_voice: a voiced window quieter (rms over :data:`LEVEL_WINDOWS` windows) than this
+            times the loudest window played in the last ``echo_s`` seconds is taken for the
+            cascade's own voice (module docstring).
         echo_s: how long what it played stays the reference for its own voice (module doc).
     """
 
@@ -343,9 +344,13 @@ class BasicCascade:
         return event
 
     def _window_rms(self) -> float:
-        """Rms of the input window the VAD's next probability is about (``_windows``)."""
-        start = self._windows * WINDOW - self._heard_start
-        window = self._heard[max(0, start) : max(0, start + WINDOW)]
+        """Rms of the input around the window the VAD's next probability is about (``_windows``):
+        that window and the :data:`LEVEL_WINDOWS` - 1 before it (a syllable). One 32-ms window
+        alone dips within a word (a consonant): taken for the cascade's own voice, it broke the
+        consecutive voice a barge-in needs, and a user talking over a loud answer was not
+        heard (a window at 0.036 rms against a 0.035 bar, by where the window grid fell)."""
+        end = (self._windows + 1) * WINDOW - self._heard_start
+        window = self._heard[max(0, end - LEVEL_WINDOWS * WINDOW) : max(0, end)]
         return float(np.sqrt(np.mean(window**2))) if window.size else 0.0
 
     def cut(self) -> np.ndarray:
