@@ -25,7 +25,7 @@ attention reads and writes a :class:`~adapters.minicpmo45.kv.KVCarry` buffer in 
   and a carry exactly as long as the cache, every logit equals transformers' bit for bit; with 64
   slots none does (max 0.0039). Greedy text agrees; sampled text parts where a draw sits on a
   boundary;
-* a one-token call (a decode step, a speech token) under ``decode: flex``
+* a one-token call (a decode step, a speech token) under ``decode_attention: flex``
   (``backbone.yaml`` ``decode_attention``, the same under every arm) attends by flex attention
   over the whole carry instead (:func:`~.fused_step.attend_one`): a block mask built on the
   device from ``slots`` reads the blocks at or below the live slots and never the others, and on
@@ -228,7 +228,8 @@ class CarryStep:
     ) -> Tensor:
         """The attention of the grouped queries ``[1, kv_heads, G * L, head_dim]`` over the layer's
         carry ``kv`` (written already): :func:`~.fused_step.attend_one` for one token under
-        ``decode: flex``, else the pinned SDPA over the first ``extent`` slots with ``mask``."""
+        ``decode_attention: flex`` (``mask`` None), else the pinned SDPA over the first
+        ``extent`` slots with ``mask``."""
         if mask is None:
             out: Tensor = compiled()["attend_one"](grouped, kv, slots, self.block)
             return out
