@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from adapters.minicpmo45.audio_rules import AudioRules, AudioUnit
+from adapters.minicpmo45.fused_step import DECODES, KERNELS
 from adapters.minicpmo45.kv import CarryView, KVCarry, attribute, cache_pairs, round_up
 from adapters.minicpmo45.llm_step import CarryStep
 from adapters.minicpmo45.sample import DeviceDecode
@@ -129,8 +130,13 @@ class BackboneSpec:
             round_to=int(data["round_to"]),
             extent_step=int(data["extent_step"]),
             sdpa={str(k): str(v) for k, v in data["sdpa"].items()},
-            kernels={str(k): _known_kernels(str(v)) for k, v in data["kernels"].items()},
-            decode={str(k): _known_decode(str(v)) for k, v in data["decode_attention"].items()},
+            kernels={
+                str(k): _known("kernels", str(v), KERNELS) for k, v in data["kernels"].items()
+            },
+            decode={
+                str(k): _known("decode_attention", str(v), DECODES)
+                for k, v in data["decode_attention"].items()
+            },
         )
 
     def duplex_kwargs(self) -> dict[str, Any]:
@@ -148,36 +154,19 @@ class BackboneSpec:
         return kwargs
 
 
-def _known_kernels(name: str) -> str:
-    """``name`` if it is a kernel choice (:data:`~.fused_step.KERNELS`), else refused."""
-    from adapters.minicpmo45.fused_step import KERNELS
-
-    if name not in KERNELS:
-        raise ValueError(f"backbone kernels {name!r}: expected one of {', '.join(KERNELS)}")
+def _known(key: str, name: str, choices: tuple[str, ...]) -> str:
+    """``name`` if it is one of ``choices`` for the declaration's ``key``, else refused."""
+    if name not in choices:
+        raise ValueError(f"backbone {key} {name!r}: expected one of {', '.join(choices)}")
     return name
 
 
-def _known_decode(name: str) -> str:
-    """``name`` if it is a decode attention (:data:`~.fused_step.DECODES`), else refused."""
-    from adapters.minicpmo45.fused_step import DECODES
-
-    if name not in DECODES:
-        raise ValueError(
-            f"backbone decode_attention {name!r}: expected one of {', '.join(DECODES)}"
-        )
-    return name
-
-
-def decode_on(spec: BackboneSpec, device: torch.device) -> str:
-    """A one-token step's attention on ``device``: :data:`DECODE_ENV` where set, else the
-    declaration's for the device's type."""
-    return _known_decode(os.environ.get(DECODE_ENV, "").strip() or spec.decode[device.type])
-
-
-def kernels_on(spec: BackboneSpec, device: torch.device) -> str:
-    """The step's kernels on ``device``: :data:`KERNELS_ENV` where set, else the declaration's
-    for the device's type."""
-    return _known_kernels(os.environ.get(KERNELS_ENV, "").strip() or spec.kernels[device.type])
+def _on_device(
+    key: str, declared: dict[str, str], env: str, choices: tuple[str, ...], device: torch.device
+) -> str:
+    """The declaration's ``key`` on ``device``: ``env`` where set, else what ``declared`` says for
+    the device's type (the step's kernels, a one-token step's attention)."""
+    return _known(key, os.environ.get(env, "").strip() or declared[device.type], choices)
 
 
 def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
@@ -241,7 +230,8 @@ class BackboneRules(SamplingRules, AudioRules):
         device = next(llm.parameters()).device
         self.device = device
         dtype = next(llm.parameters()).dtype
-        self.kernels, self.decode = kernels_on(spec, device), decode_on(spec, device)
+        self.kernels = _on_device("kernels", spec.kernels, KERNELS_ENV, KERNELS, device)
+        self.decode = _on_device("decode_attention", spec.decode, DECODE_ENV, DECODES, device)
         self.backend, self.backend_refused = _usable_backend(
             spec.sdpa["cuda" if device.type == "cuda" else "cpu"], device, dtype
         )
