@@ -118,7 +118,7 @@ class TurnTaker:
             self._speech += 1
             return TurnEvent.NONE
         if self.floor is Floor.USER and self._run >= self._pause:
-            if self._speech < self._min_speech:  # a click or a cough: forget it
+            if not self.heard_enough:  # a click or a cough: forget it
                 self.floor, self._speech = Floor.IDLE, 0
             elif not hold:
                 self.floor, self._speech = Floor.ASSISTANT, 0
