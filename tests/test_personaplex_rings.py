@@ -9,6 +9,9 @@ by frame past the wrap (frame 124 for Mimi's context of 250).
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +95,22 @@ def _transformer(seed: int = 0) -> Any:
     return ProjectedTransformer(**_config()).eval()
 
 
+@contextmanager
+def _eager() -> Iterator[None]:
+    """No grad, and compile off in ``moshi`` and (where loaded) the fork, as on the CPU in our
+    stream and in its loop (a module outside a layer would compile otherwise)."""
+    from moshi.utils.compile import no_compile
+
+    with ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(no_compile())
+        if (fork := sys.modules.get("personaplex_moshi")) is not None:
+            stack.enter_context(fork.utils.compile.no_compile())
+        yield
+
+
 def _stream(model: Any, x: torch.Tensor, t: int) -> list[torch.Tensor]:
-    with torch.no_grad():
+    with _eager():
         return [model(x[..., i : i + t])[0] for i in range(0, x.shape[-1], t)]
 
 
@@ -199,7 +216,7 @@ def test_our_mimi_equals_personaplex_own_mimi_past_frame_124() -> None:
     first: dict[str, dict[str, int | None]] = {}
     for rings in ("ours", "moshi"):
         differ: dict[str, int | None] = {"encoder": None, "codes": None, "speech": None}
-        with torch.no_grad(), ours.streaming(1), theirs.streaming(1):
+        with _eager(), ours.streaming(1), theirs.streaming(1):
             if rings == "ours":
                 layers = len(ours.encoder_transformer.transformer.layers)
                 assert personaplex_rings(ours) == 2 * layers  # the encoder's and the decoder's
@@ -219,3 +236,18 @@ def test_our_mimi_equals_personaplex_own_mimi_past_frame_124() -> None:
     moshi = first["moshi"]
     assert (moshi["encoder"], moshi["speech"]) == (124, 124)  # the 250th step at 25 Hz
     assert moshi["codes"] is None or moshi["codes"] >= 124  # codes may round alike a while
+
+
+@needs_code
+@pytest.mark.timeout(600)  # about 30 s of CPU: outside CI only
+def test_personaplex_own_loop_and_mimi_equal_ours_past_the_wrap(tmp_path: Path) -> None:
+    """``bench/personaplex_vendor.py --tiny`` over 130 frames, its eager loop with its own Mimi:
+    every frame equal (with ``moshi``'s rings in our Mimi: 124 exact, speech at frame 124)."""
+    from bench.personaplex_vendor import main
+
+    args = [str(tmp_path), "--tiny", "--frames", str(MIMI_FRAMES), "--voice-frames", "5"]
+    report = main([*args, "--role", "casual", "--seed", "1", "--runs", "eager"])
+    theirs = report["runs"]["theirs_eager"]
+    assert theirs["mimi"] == "theirs"
+    assert theirs["first_difference"] is None
+    assert theirs["exact_frames"] == theirs["frames"] == MIMI_FRAMES
