@@ -9,7 +9,8 @@ package pins an old torch and collides with ``moshi``, so :class:`StyleLoop` res
 structure over the PyPI package's modules (read from its code, written here): the same work, in
 its own shape, so its time is what PersonaPlex's graphs cost on these kernels and its tokens
 check ours independently (every frame, the prompt phase included, must be equal). Its RMS norms
-run eager, as PersonaPlex's do (:mod:`adapters.personaplex.norms`).
+run eager, as PersonaPlex's do (:mod:`adapters.personaplex.norms`); its Mimi's and LM's rings are
+the fork's (:mod:`adapters.personaplex.rings`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch import Tensor
 from adapters.moshi.checkpoint import MoshiModels
 from adapters.personaplex.norms import eager_norms
 from adapters.personaplex.prompt import SILENCE_CODES, SINE_CODES, Role, Voice
+from adapters.personaplex.rings import personaplex_rings
 from bench.moshi import Frame, _graphs, exact_frames, peak, percentiles, sync, timed_frames
 
 __all__ = ["StyleLoop", "style_peer"]
@@ -200,6 +202,7 @@ def style_peer(
     with ExitStack() as stack:
         stack.enter_context(models.mimi.streaming(1))
         stack.enter_context(models.lm.streaming(1))
+        personaplex_rings(models.mimi, models.lm)  # the fork's rings, as PersonaPlex keeps them
         stack.enter_context(torch.no_grad())
         loop = StyleLoop(models, sdpa, graphs=graphs)
         q = loop.q

@@ -49,6 +49,7 @@ from adapters.moshi.stream import MoshiStream
 from adapters.personaplex.config import lm_kwargs
 from adapters.personaplex.frame import PersonaPlexOps
 from adapters.personaplex.prompt import PersonaPlexPrompt, Voice
+from adapters.personaplex.rings import personaplex_rings
 from adapters.personaplex.voice import resolve_role
 from bench.env_info import environment
 from bench.moshi import (
@@ -278,6 +279,7 @@ def theirs(
         elif voice is not None and voice.pcm is not None:
             gen.voice_prompt_audio = voice.pcm[0].numpy()
         mimi.streaming_forever(1)
+        personaplex_rings(mimi)  # our Mimi (its own has its fork's rings already): as our stream's
         gen.streaming_forever(1)
 
         def step(frame: torch.Tensor) -> Frame | None:

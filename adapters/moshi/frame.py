@@ -109,6 +109,13 @@ class FrameOps:
             if type(m).__name__ == "StreamingMultiheadAttention"
         ]
 
+    @classmethod
+    def own_rings(cls, mimi: Any, lm: Any) -> int:
+        """Called once the models stream, before the clocks are shared: a family whose
+        reference code keeps its rings otherwise than ``moshi`` gives them its rule here (the
+        number of rings changed). Moshi's are ``moshi``'s own: none."""
+        return 0
+
     def _open_depformer(self) -> None:
         """The depformer as the vendor opens it every frame: streaming reset, zeroed rings."""
         self.lm.depformer.reset_streaming()

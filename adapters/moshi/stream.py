@@ -100,6 +100,7 @@ class MoshiStream:
         self._streaming = ExitStack()
         for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
             self._streaming.enter_context(module.streaming(1))
+        ops.own_rings(mimi, lm_gen.lm_model)  # a family's own ring rule, before the clocks
         self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
         one_step_layers(lm_gen.lm_model)  # the depformer's per-step weights without a copy
         self.ops = ops(mimi, lm_gen, sdpa=sdpa)

@@ -22,7 +22,9 @@ agent's only and draws for the user's (:meth:`PersonaPlexOps._draw`); a prompt s
 codebooks are all given, so it runs the temporal step (its ring) and only draws.
 
 Its LM's RMS norms run eager, as PersonaPlex's code runs them (:mod:`adapters.personaplex.norms`:
-``moshi`` compiles them on CUDA, which rounds differently).
+``moshi`` compiles them on CUDA, which rounds differently); its rings, Mimi's and the LM's, label
+their slots as its fork does (:mod:`adapters.personaplex.rings`: once full, the oldest slot is
+not attended).
 
 Same rules as :class:`~adapters.moshi.frame.FrameOps`: no host branch and no host sync inside an
 operator (the offset lives on the device), so each can be captured as one CUDA graph; sampling
@@ -38,6 +40,7 @@ from torch import Tensor
 
 from adapters.moshi.frame import FrameOps
 from adapters.personaplex.norms import eager_norms
+from adapters.personaplex.rings import personaplex_rings
 
 __all__ = ["PersonaPlexOps"]
 
@@ -64,6 +67,12 @@ class PersonaPlexOps(FrameOps):
         self.given = torch.zeros((1, self.codebooks, width), device=device, dtype=torch.bool)
         self.offset = torch.zeros((1,), device=device, dtype=torch.long)
         self._true = torch.ones((1, self.codebooks, 1), device=device, dtype=torch.bool)
+
+    @classmethod
+    def own_rings(cls, mimi: Any, lm: Any) -> int:
+        """The fork's rings (:mod:`adapters.personaplex.rings`): once full, the oldest slot is
+        not attended (its Mimi parts from ``moshi``'s at frame 124 otherwise)."""
+        return personaplex_rings(mimi, lm)
 
     def reset(self) -> None:
         self.cache.fill_(self.lm.ungenerated_token_id)
