@@ -1,15 +1,17 @@
 """The basic voice's reply model on its prefix cache equals the whole chat prefilled at once.
 
 :class:`adapters.basic.reply.Replier` computes the prompt's keys and values once, at load, and
-each turn prefills only its question on a copy. The real model (SmolLM2-135M-Instruct from its
-wheel) as shipped, its Linear layers on the file's 4-bit blocks (adapters/basic/fourbit.py),
-greedy, 8 new tokens: the ids and every step's logits on the cache equal, with ``torch.equal``,
-those of a prefill of the whole chat; eager is first shown to repeat itself, and the cache is
-shown unchanged by the turns that used it; a chat without the prompt is prefilled whole and
-counted. Three held-out questions, by place. Eight tokens, not the 24 it took before: what the
-cache can change is the question's prefill (rows beside the prompt's, or after them) and the
-steps that attend to the prompt's keys and values, which every new token does; the first step's
-logits come from the prefill, the other seven from one-row passes over the cache.
+each turn prefills only its question past them (adapters/basic/decode.py's lean forward, whose
+operations are transformers' own: ``tests/test_basic_decode.py``). The real model
+(SmolLM2-135M-Instruct from its wheel) as shipped, its Linear layers on the file's 4-bit blocks
+(adapters/basic/fourbit.py), greedy, 8 new tokens: the ids and every step's logits on the cache
+equal, with ``torch.equal``, those of a prefill of the whole chat; the whole prefill is first
+shown to repeat itself, and the prompt's rows are shown unchanged by the turns that wrote past
+them; a chat without the prompt is prefilled whole and counted. Three held-out questions, by
+place. Eight tokens: what the cache can change is the question's prefill (rows beside the
+prompt's, or after them) and the steps that attend to the prompt's keys and values, which every
+new token does; the first step's logits come from the prefill, the other seven from one-row
+passes over the cache.
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ pytestmark = pytest.mark.slow
 def _generate(replier: Any, question: str, cached: bool) -> Any:
     import torch
 
+    from adapters.basic.decode import greedy
+
     ids = replier._ids(replier._messages(question), add_generation_prompt=True)
+    cache = replier.prefilled(ids) if cached else replier._lean.keys(ids.shape[1] + 8)
+    logits: list[Any] = []
     with torch.inference_mode():
-        return replier._model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            cache=replier.prefilled(ids) if cached else None,
-            max_new_tokens=8,
-            do_sample=False,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=replier._tokenizer.eos_token_id,
-        )
+        tokens = greedy(
+            replier._lean, ids, cache, 8, lambda token: None, lambda: False, frozenset(),
+            step_logits=logits,
+        )  # fmt: skip
+    return tokens, logits
 
 
 def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
@@ -54,17 +55,18 @@ def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
     replier = Replier()
     assert replier.weights == "four_bit"  # the shipped path, on the CPU
     assert replier.float32 == {"the output layer (tied to the embedding, Q8_0 in the file)": 1}
-    keys = [layer.keys.clone() for layer in replier._cache.layers]
+    size = replier._prefix.shape[1]
+    keys = [layer[:, :, :size].clone() for layer in replier._cache.keys]
     for question in split("test")[:3]:
         eager = _generate(replier, question.text, cached=False)
         again = _generate(replier, question.text, cached=False)
         cached = _generate(replier, question.text, cached=True)
-        assert torch.equal(eager.sequences, again.sequences)
-        assert all(torch.equal(a, b) for a, b in zip(eager.logits, again.logits, strict=True))
-        assert torch.equal(cached.sequences, eager.sequences), question.text
-        assert len(cached.logits) == len(eager.logits)
-        assert all(torch.equal(a, b) for a, b in zip(cached.logits, eager.logits, strict=True))
-    after = [layer.keys for layer in replier._cache.layers]
+        assert eager[0] == again[0]
+        assert all(torch.equal(a, b) for a, b in zip(eager[1], again[1], strict=True))
+        assert cached[0] == eager[0], question.text
+        assert len(cached[1]) == len(eager[1]) == 8
+        assert all(torch.equal(a, b) for a, b in zip(cached[1], eager[1], strict=True))
+    after = [layer[:, :, :size] for layer in replier._cache.keys]
     assert all(torch.equal(a, b) for a, b in zip(keys, after, strict=True))
     assert replier.uncached == {}
     # a chat that does not begin with the prompt is prefilled whole, and counted
