@@ -121,6 +121,22 @@ def leaned(replier: Any, question: str) -> Run:
     return run
 
 
+def steps(replier: Any, ids: Any, cache: Any, tokens: int) -> tuple[list[int], list[Any]]:
+    """``tokens`` greedy tokens after ``ids`` on ``cache`` (no streamer, no stop) and each
+    step's logits, by the lean loop."""
+    import torch
+
+    from adapters.basic.decode import greedy
+
+    logits: list[Any] = []
+    with torch.inference_mode():
+        ids_out = greedy(
+            replier._lean, ids, cache, tokens, lambda token: None, lambda: False, frozenset(),
+            step_logits=logits,
+        )  # fmt: skip
+    return ids_out, logits
+
+
 def prompt_cache(replier: Any) -> Any:
     """The prompt's ``DynamicCache``, by transformers' forward (the old prefix cache)."""
     import torch

@@ -7,7 +7,8 @@ operations are transformers' own: ``tests/test_basic_decode.py``). The real mode
 (adapters/basic/fourbit.py), greedy, 8 new tokens: the ids and every step's logits on the cache
 equal, with ``torch.equal``, those of a prefill of the whole chat; the whole prefill is first
 shown to repeat itself, and the prompt's rows are shown unchanged by the turns that wrote past
-them; a chat without the prompt is prefilled whole and counted. Three held-out questions, by
+them, and a question too long for the cache's room gets a larger one that equals the whole
+prefill too; a chat without the prompt is prefilled whole and counted. Three held-out questions, by
 place. Eight tokens: what the cache can change is the question's prefill (rows beside the
 prompt's, or after them) and the steps that attend to the prompt's keys and values, which every
 new token does; the first step's logits come from the prefill, the other seven from one-row
@@ -21,25 +22,16 @@ from typing import Any
 import pytest
 
 from adapters.basic.shipped import check_installed
+from bench.basic_decode import steps
 from tests.basic_questions import split
 
 pytestmark = pytest.mark.slow
 
 
 def _generate(replier: Any, question: str, cached: bool) -> Any:
-    import torch
-
-    from adapters.basic.decode import greedy
-
     ids = replier._ids(replier._messages(question), add_generation_prompt=True)
     cache = replier.prefilled(ids) if cached else replier._lean.keys(ids.shape[1] + 8)
-    logits: list[Any] = []
-    with torch.inference_mode():
-        tokens = greedy(
-            replier._lean, ids, cache, 8, lambda token: None, lambda: False, frozenset(),
-            step_logits=logits,
-        )  # fmt: skip
-    return tokens, logits
+    return steps(replier, ids, cache, 8)
 
 
 def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
@@ -73,3 +65,12 @@ def test_the_prefix_cache_gives_the_whole_prefill_bit_for_bit() -> None:
     ids = replier._ids([{"role": "user", "content": "Hi."}], add_generation_prompt=True)
     assert replier.prefilled(ids) is None
     assert replier.uncached == {"the chat's tokens do not begin with the prompt's": 1}
+    # a long question outgrows the cache's room: a larger one, the prompt's rows copied
+    room = replier._cache.room
+    ids = replier._ids(replier._messages("Why is the sky blue? " * 50), add_generation_prompt=True)
+    assert ids.shape[1] + replier.max_new_tokens > room
+    cached = steps(replier, ids, replier.prefilled(ids), 2)
+    assert replier._cache.room > room
+    whole = steps(replier, ids, replier._lean.keys(ids.shape[1] + 2), 2)
+    assert cached[0] == whole[0]
+    assert all(torch.equal(a, b) for a, b in zip(cached[1], whole[1], strict=True))
