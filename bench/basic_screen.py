@@ -282,8 +282,8 @@ def _shipped(prompt: str, weights: str, steps: list[int], options: dict[str, Any
     """Answer a question as the cascade does: adapters/basic/reply.py's Replier, as loaded,
     after the chat ``prompt`` names, its Linear layers run as ``weights`` says (``int8_dynamic``:
     the float32 ones through torch's ``quantize_dynamic``, screened only), with the Replier's
-    keyword ``options``. Each forward pass of the model (a question's prefill, then one a token)
-    appends 1 to ``steps``."""
+    keyword ``options``. Each forward pass of its lean decode (a question's prefill, then one a
+    token) appends 1 to ``steps``."""
     import torch
 
     from adapters.basic.reply import Replier
@@ -296,8 +296,14 @@ def _shipped(prompt: str, weights: str, steps: list[int], options: dict[str, Any
             replier._model, {torch.nn.Linear}, dtype=torch.qint8
         )
     replier.warm_up()
-    replier._model.register_forward_hook(lambda *_: steps.append(1))
-    return lambda question: replier.reply(question, lambda clause: None, threading.Event())
+
+    def answer(question: str) -> str:
+        passes = replier._lean.passes
+        said = replier.reply(question, lambda clause: None, threading.Event())
+        steps.extend([1] * (replier._lean.passes - passes))
+        return said
+
+    return answer
 
 
 def reply(

@@ -33,21 +33,24 @@ Paris."); the cascade trims the voice's trailing quiet at such a break (``BasicC
 the answer is not longer for it.
 
 The prompt is the same every turn, so its keys and values are computed once, at load (the
-*prefix cache*), and each turn prefills only its question's ~16 tokens on a copy of them: 0.3
-CPU-s instead of 0.9 for the whole chat's ~118. Attention is transformers' eager one, whose
+*prefix cache*), and each turn prefills only its question's ~16 tokens past them, in a buffer
+with room for the reply (the prompt's rows are never written again): 0.3 CPU-s instead of 0.9
+for the whole chat's ~118. Attention is transformers' eager one, whose
 result for a position does not depend on how many positions share its pass (SDPA's does: its
 logits after a cached prefix differ from a whole prefill's by up to 4e-5), so a turn's logits on
 the cache equal, bit for bit, those of the whole chat prefilled at once
 (``tests/test_basic_reply_cache.py``); eager is also faster at this size (0.71 against 0.82
 CPU-s for the whole chat). A chat whose tokens do not begin with the prompt's is prefilled whole
-and counted in :attr:`Replier.uncached`.
+and counted in :attr:`Replier.uncached`. The forward pass and the greedy loop are
+:mod:`adapters.basic.decode`'s, not ``generate``'s: the same tokens and logits bit for bit
+(``tests/test_basic_decode.py``), 0.068 CPU-s a token instead of 0.085 and 0.23 a question's
+prefill instead of 0.27 (``bench/basic_decode.py``, one thread, load ~2).
 Not thread-safe: one worker thread calls :meth:`Replier.reply`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import re
 import threading
@@ -55,16 +58,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DynamicCache,
-    StoppingCriteria,
-    StoppingCriteriaList,
-    TextStreamer,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer
 from transformers.utils import logging
 
+from adapters.basic.decode import Keys, Lean, greedy
 from adapters.basic.fourbit import four_bit
 from adapters.basic.prompt import PROMPT
 from adapters.basic.shipped import shipped_file
@@ -133,6 +130,7 @@ _HANGING = frozenset(
     }
 )
 _MORE = 3  # ... unless it already has this many words past first_most
+_QUESTION = 256  # the prefix cache's room for a question's tokens (a longer one: a larger one)
 
 
 class Replier:
@@ -190,9 +188,13 @@ class Replier:
         self.repetition_penalty = repetition_penalty
         self.prompt = tuple(prompt)
         self.uncached: dict[str, int] = {}  # turns prefilled whole, by reason
+        eos = self._model.generation_config.eos_token_id
+        self._eos = frozenset([eos] if isinstance(eos, int) else eos or [])
+        self._lean = Lean(self._model)
         self._prefix = self._ids(list(self.prompt), add_generation_prompt=False)
+        self._cache = self._lean.keys(self._prefix.shape[1] + _QUESTION + max_new_tokens)
         with torch.inference_mode():
-            self._cache: DynamicCache = self._model(self._prefix, use_cache=True).cache
+            self._lean.forward(self._prefix, self._cache, logits=False)
 
     def _ids(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> torch.Tensor:
         """The chat template's token ids for ``messages``, on the model's device."""
@@ -203,15 +205,46 @@ class Replier:
             return_dict=True,
         )["input_ids"].to(self.device)
 
-    def prefilled(self, ids: torch.Tensor) -> DynamicCache | None:
-        """A copy of the prompt's cache when ``ids`` begin with the prompt's tokens, else None
-        (the reason counted in :attr:`uncached`)."""
+    def prefilled(self, ids: torch.Tensor) -> Keys | None:
+        """The prompt's keys and values, with room for ``ids`` and the reply, when ``ids`` begin
+        with the prompt's tokens, else None (the reason counted in :attr:`uncached`). The
+        buffer is shared: each turn writes past the prompt's rows, which it never changes."""
         size = self._prefix.shape[1]
         if ids.shape[1] <= size or not torch.equal(ids[:, :size], self._prefix):
             reason = "the chat's tokens do not begin with the prompt's"
             self.uncached[reason] = self.uncached.get(reason, 0) + 1
             return None
-        return copy.deepcopy(self._cache)
+        room = ids.shape[1] + self.max_new_tokens
+        if room > self._cache.room:  # a long question: a larger buffer, the prompt's rows copied
+            cache = self._lean.keys(room + _QUESTION)
+            rows = zip(
+                cache.keys + cache.values, self._cache.keys + self._cache.values, strict=True
+            )
+            for new, old in rows:
+                new[:, :, :size] = old[:, :, :size]
+            self._cache = cache
+        self._cache.length = size
+        return self._cache
+
+    def _decode(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        put: Callable[[torch.Tensor], None],
+        stop: Callable[[], bool],
+    ) -> list[int]:
+        """Greedy tokens after ``ids`` (:func:`adapters.basic.decode.greedy`), on the prefix
+        cache when they begin with the prompt."""
+        if self._lean.model is not self._model:  # swapped (a screened quantization)
+            self._lean = Lean(self._model)
+        cache = self.prefilled(ids)
+        if cache is None:
+            cache = self._lean.keys(ids.shape[1] + max_new_tokens)
+        with torch.inference_mode():
+            return greedy(
+                self._lean, ids, cache, max_new_tokens, put, stop, self._eos,
+                self.repetition_penalty,
+            )  # fmt: skip
 
     def _messages(self, question: str) -> list[dict[str, str]]:
         """The chat the model continues: the prompt, then ``question`` as the user's turn."""
@@ -221,11 +254,7 @@ class Replier:
         """Two tokens of a reply on the prefix cache, so the first question does not pay torch's
         first-call costs."""
         ids = self._ids(self._messages("Hello."), add_generation_prompt=True)
-        with torch.inference_mode():
-            self._model.generate(
-                ids, attention_mask=torch.ones_like(ids), cache=self.prefilled(ids),
-                max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id,
-            )  # fmt: skip
+        self._decode(ids, 2, lambda token: None, lambda: False)
 
     def reply(self, question: str, say: Callable[[str], None], cancelled: threading.Event) -> str:
         """Answer ``question``; each complete clause goes to ``say`` while the model still runs.
@@ -237,18 +266,13 @@ class Replier:
         )
 
         ids = self._ids(self._messages(question), add_generation_prompt=True)
-        with torch.inference_mode():
-            self._model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                cache=self.prefilled(ids),
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                repetition_penalty=self.repetition_penalty,
-                streamer=clauses,
-                stopping_criteria=StoppingCriteriaList([_Stop(clauses, cancelled)]),
-                pad_token_id=self._tokenizer.eos_token_id,
-            )
+        clauses.put(ids.cpu())  # type: ignore[no-untyped-call]  # the prompt: skipped
+
+        def stop() -> bool:
+            return cancelled.is_set() or clauses.sentences >= clauses.max_sentences
+
+        self._decode(ids, self.max_new_tokens, clauses.put, stop)
+        clauses.end()  # type: ignore[no-untyped-call]
         return clauses.said
 
 
@@ -310,14 +334,3 @@ class _Clauses(TextStreamer):
         if spoken:
             self.said = f"{self.said} {spoken}".strip()
             self.say(spoken)
-
-
-class _Stop(StoppingCriteria):
-    """Ends generation once the reply has its sentences, or at once when it is cancelled."""
-
-    def __init__(self, clauses: _Clauses, cancelled: threading.Event) -> None:
-        self.clauses, self.cancelled = clauses, cancelled
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        done = self.cancelled.is_set() or self.clauses.sentences >= self.clauses.max_sentences
-        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
