@@ -50,6 +50,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # cuBLAS picks its workspace per stream; a fixed config keeps eager and replay on the same kernels.
 export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"
 export PYTHONUNBUFFERED=1
+# A process that dies of a signal (the HF compile peer once did) prints where, in its log.
+export PYTHONFAULTHANDLER=1
 export DUPLEXCADENCE_GPU_RESULTS="$out/gpu_tests.jsonl"
 
 what="${DUPLEXCADENCE_BENCH:-all}"
