@@ -6,6 +6,7 @@ refused in one line; a closed session's state freed at once. CPU, small configs 
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from adapters.face import ModelRequest
 from adapters.registry import family
 from engine.arms import Arm
+from engine.contract import DTYPE_BYTES
 from engine.multiplex import AdmissionRefused, Capacity, Multiplexer, SessionRng
 from tests.moshi_small import noise
 
@@ -417,3 +419,34 @@ def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -
             assert (pcm_a is None) == (pcm_b is None)
             assert pcm_a is None or torch.equal(pcm_a, pcm_b), f"session {seed} frame {k}"
     mux.shutdown()
+
+
+def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
+    """The state a Moshi session declares (what admission and the capacity bench compare its
+    memory with) counts every ring it holds: the temporal transformer's, the depformer's and
+    Mimi's, element for element (the CPU's LM rings are float32 where CUDA's are bf16)."""
+    from adapters.moshi.config import state_bytes
+    from engine.plan import make_plan
+
+    source = family("moshi").load_sessions(MOSHI_REQUEST, _quiet)
+    loaded = source.open(0, Arm.EAGER, only_own_arm=True)
+    stream = loaded.model.stream
+    lm = stream.ops.lm
+    parts = {"lm_kv": lm.transformer, "depformer_kv": lm.depformer, "mimi_kv": stream.ops.mimi}
+    held = {
+        region: sum(
+            m._streaming_state.kv_cache.cache.numel()
+            for m in module.modules()
+            if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
+        )
+        for region, module in parts.items()
+    }
+    plan = make_plan(source.declaration, source.size.point)
+    assert held == {r.name: math.prod(r.demand_shape) for r in plan.regions}
+    declared = sum(
+        math.prod(r.demand_shape) * DTYPE_BYTES[source.declaration.regions[r.name].dtype]
+        for r in plan.regions
+    )
+    assert source.state_bytes(Arm.SRC) == state_bytes(source.declaration, source.size) == declared
+    assert loaded.close is not None
+    loaded.close()

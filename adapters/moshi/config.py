@@ -188,11 +188,6 @@ class MoshiSize:
     name: str
     point: dict[str, int]  # the declaration's operating point at this size
 
-    def ring_bytes(self, itemsize: int) -> int:
-        """The temporal transformer's key/value rings, as the state rule sizes them."""
-        p = self.point
-        return p["layers"] * 2 * p["heads"] * p["main_capacity"] * p["head_dim"] * itemsize
-
     def lm_kwargs(
         self, base: dict[str, Any], folder_kwargs: dict[str, Any] | None
     ) -> dict[str, Any]:
@@ -310,3 +305,15 @@ def size_for(name: str, declaration: Declaration) -> MoshiSize:
     if name not in SIZES:
         raise CheckpointError(f"model size {name!r}: expected one of {', '.join(SIZES)}")
     return MoshiSize(name, declaration.values(SMALL_POINT if name == "small" else None))
+
+
+def state_bytes(declaration: Declaration, size: MoshiSize) -> int:
+    """One session's declared state at ``size``: every region of the declaration (the temporal
+    transformer's rings, the depformer's and Mimi's), as its plan prices them, at the declared
+    dtypes (CUDA's; on the CPU the LM's rings are float32, twice that). Every arm holds the
+    same: the rings are the vendor's own, written in place at one address, so no arm stages a
+    copy."""
+    from engine.arms import Arm
+    from engine.plan import make_plan
+
+    return make_plan(declaration, size.point).price(Arm.SRC).state_bytes

@@ -21,7 +21,7 @@ import torch
 
 from adapters.face import EagerGuard, LoadedModel, Progress
 from adapters.moshi.checkpoint import MoshiModels
-from adapters.moshi.config import MoshiSize
+from adapters.moshi.config import MoshiSize, state_bytes
 from adapters.moshi.periods import MoshiPeriods, check_rings, warm_up
 from engine.arms import Arm
 from engine.contract import Declaration
@@ -67,8 +67,9 @@ class MoshiSessions:
         self.input_rate = self.output_rate = round(rate)
 
     def state_bytes(self, arm: Arm) -> int:
-        """One session's rings at the declared capacities (every arm shares them)."""
-        return self.size.ring_bytes(torch.finfo(self.models.lm.dtype).bits // 8)
+        """One session's declared state (``adapters.moshi.config.state_bytes``; every arm the
+        same)."""
+        return state_bytes(self.declaration, self.size)
 
     def open_multiplexed(
         self, seed: int, arm: Arm, rng: SessionRng, voice: int | None = None

@@ -79,10 +79,11 @@ class PersonaPlexFamily:
 
     def footprint(self, request: ModelRequest) -> Footprint:
         """The folder; the GPU memory of the full size: rings (declaration), files, workspace."""
-        from adapters.moshi.config import WORKSPACE_BYTES, size_for
+        from adapters.moshi.config import WORKSPACE_BYTES, size_for, state_bytes
         from engine.declaration_io import load_declaration
 
-        rings = size_for("full", load_declaration(self.declaration)).ring_bytes(2)
+        declaration = load_declaration(self.declaration)
+        rings = state_bytes(declaration, size_for("full", declaration))
         parts = (
             f"{byte_text(rings)} rings (its declaration) and {byte_text(WORKSPACE_BYTES)} workspace"
         )
