@@ -715,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         "llm_decoding": "greedy" if args.greedy else "sampled (the vendor's defaults)",
         "kernels": session.rules.kernels if session.rules is not None else None,
         "decode_attention": session.rules.decode if session.rules is not None else None,
+        "extent_step": session.rules.extent_step if session.rules is not None else None,
         "arms": {},
         "peers": {},
     }

@@ -455,3 +455,28 @@ def test_flex_decode_attends_the_live_slots_as_sdpa_does() -> None:
         keys, values = kv[0:1, :, : slot + 1], kv[1:2, :, : slot + 1]
         ref = F.scaled_dot_product_attention(grouped, keys, values)
         assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5), slot
+
+
+def test_every_arm_equals_eager_attending_each_carrys_whole_capacity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``DUPLEXCADENCE_MO45_EXTENT_STEP=0`` (a run's choice over the declaration's ladder): each
+    carry attends its whole capacity, one signature per fed length, and every arm still equals
+    eager, across the window's slides and a new conversation."""
+    from adapters.minicpmo45.rules import EXTENT_ENV
+
+    monkeypatch.setenv(EXTENT_ENV, "0")
+    duplex, rules, arm = session()
+    assert rules.extent_step == 0 and rules.stats()["extent_step"] == 0
+    assert rules.llm_carry.extents == (rules.llm_carry.capacity,)
+    assert rules.tts_carry is not None and len(rules.tts_carry.extents) == 1
+    eager = conversation(duplex, 0, 6, [Arm.EAGER], arm)
+    assert equal(eager, conversation(duplex, 0, 6, [Arm.EAGER], arm)), "eager reproduces itself"
+    assert rules.window["slides"] >= 4
+    warm_up(rules)
+    for arms in ([Arm.SRC], [Arm.SRC, Arm.EAGER, Arm.R, Arm.S]):
+        assert equal(eager, conversation(duplex, 0, 6, arms, arm)), arms
+    assert rules.stats()["replay"]["llm.feed"]["hits"] > 0
+    monkeypatch.setenv(EXTENT_ENV, "many")
+    with pytest.raises(ValueError, match="whole number of slots"):
+        session()

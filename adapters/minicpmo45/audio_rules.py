@@ -62,7 +62,7 @@ class AudioRules:
     ) -> None:
         """``audio.step`` on the model's ``apm`` when the vendor reads its last layer; the
         carry's slots: the value at ``capacity_from`` (of the model) rounded up to
-        ``round_to``, attended in extents of ``extent_step``."""
+        ``round_to``, attended in extents of ``extent_step`` (0: its whole capacity)."""
         self.audio_step, self.audio_carry, self.audio_units = None, None, units
         model = getattr(self.duplex, "model", None)
         apm = getattr(model, "apm", None)
@@ -83,7 +83,8 @@ class AudioRules:
         self.audio_carry = carry = KVCarry(
             layers, heads, slots, head_dim, dtype=dtype, device=self.device
         )
-        carry.ladder(extent_step)
+        if extent_step:
+            carry.ladder(extent_step)
         self.audio_view = CarryView(carry)
         self.audio_mels = mels = int(apm.config.num_mel_bins)
         calls = []

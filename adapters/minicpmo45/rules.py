@@ -83,6 +83,10 @@ KERNELS_ENV = "DUPLEXCADENCE_MO45_KERNELS"
 """``vendor`` or ``fused``: the step's kernels for a run, over the declaration's."""
 DECODE_ENV = "DUPLEXCADENCE_MO45_DECODE"
 """``sdpa`` or ``flex``: a one-token step's attention for a run, over the declaration's."""
+EXTENT_ENV = "DUPLEXCADENCE_MO45_EXTENT_STEP"
+"""Slots: the carries' extent ladder for a run, over the declaration's ``extent_step``; 0 attends
+each carry's whole capacity (one signature per fed length: 8x fewer graphs at the released
+shapes, every multi-token feed attending 4,096 slots)."""
 
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 
@@ -169,6 +173,19 @@ def _on_device(
     return _known(key, os.environ.get(env, "").strip() or declared[device.type], choices)
 
 
+def _extent_step(declared: int) -> int:
+    """The declaration's ``extent_step``, or :data:`EXTENT_ENV`'s where set (0: no ladder)."""
+    text = os.environ.get(EXTENT_ENV, "").strip()
+    if not text:
+        return declared
+    if not text.isdigit():
+        raise ValueError(
+            f"{EXTENT_ENV}={text!r}: expected a whole number of slots (0: each carry's whole "
+            "capacity), or unset it for the declaration's extent_step"
+        )
+    return int(text)
+
+
 def _usable_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
     """The declared SDPA backend if it runs a masked, grouped-row call like the step's on this
     device, else ``math`` and why the declared one was refused (recorded in :meth:`stats`)."""
@@ -232,6 +249,7 @@ class BackboneRules(SamplingRules, AudioRules):
         dtype = next(llm.parameters()).dtype
         self.kernels = _on_device("kernels", spec.kernels, KERNELS_ENV, KERNELS, device)
         self.decode = _on_device("decode_attention", spec.decode, DECODE_ENV, DECODES, device)
+        self.extent_step = _extent_step(spec.extent_step)
         self.backend, self.backend_refused = _usable_backend(
             spec.sdpa["cuda" if device.type == "cuda" else "cpu"], device, dtype
         )
@@ -287,7 +305,7 @@ class BackboneRules(SamplingRules, AudioRules):
             if all(hasattr(tts, a) for a in ("emb_code", "head_code", "num_vq")):
                 self._speech_tokens(tts, tdtype)
         self.fallbacks: Counter[str] = Counter()
-        self._audio(spec.audio_capacity_from, spec.round_to, spec.extent_step, spec.audio_units)
+        self._audio(spec.audio_capacity_from, spec.round_to, self.extent_step, spec.audio_units)
         self.vendor = False
         self.warmed = False  # every catalog entry captured (warmup.py): once for every arm
         self.timing = False
@@ -364,6 +382,7 @@ class BackboneRules(SamplingRules, AudioRules):
             "sdpa_backend": self.backend,
             "kernels": self.kernels,
             "decode_attention": self.decode,
+            "extent_step": self.extent_step,
             "compile": _compile_stats() if self.kernels == "fused" else {},
             "sdpa_refused": self.backend_refused,
         }
@@ -524,7 +543,8 @@ class BackboneRules(SamplingRules, AudioRules):
     def _carry(self, step: CarryStep, dtype: torch.dtype) -> KVCarry:
         layers, _, kv_heads, capacity, head_dim = step.carry_shape()
         carry = KVCarry(layers, kv_heads, capacity, head_dim, dtype=dtype, device=self.device)
-        carry.ladder(self.spec.extent_step)
+        if self.extent_step:
+            carry.ladder(self.extent_step)
         return carry
 
     def _catalog(
