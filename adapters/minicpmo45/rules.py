@@ -85,8 +85,8 @@ DECODE_ENV = "DUPLEXCADENCE_MO45_DECODE"
 """``sdpa`` or ``flex``: a one-token step's attention for a run, over the declaration's."""
 EXTENT_ENV = "DUPLEXCADENCE_MO45_EXTENT_STEP"
 """Slots: the carries' extent ladder for a run, over the declaration's ``extent_step``; 0 attends
-each carry's whole capacity (one signature per fed length: 8x fewer graphs at the released
-shapes, every multi-token feed attending 4,096 slots)."""
+each carry's whole capacity (one signature per fed length: up to 8x fewer graphs at the
+released shapes, every multi-token feed attending 4,096 slots)."""
 
 STAGES = ("audio_encoder", "llm_prefill", "llm_decode", "tts_head")
 
