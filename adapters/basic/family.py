@@ -39,7 +39,7 @@ MODELS = {
 
 __all__ = ["BASIC", "BasicFamily"]
 
-PERIOD_S = 0.2  # whole samples at 16 kHz and 22.05 kHz; an answer waits for a period boundary
+PERIOD_S = 0.1  # whole samples at 16 kHz and 22.05 kHz; an answer waits for a period boundary
 
 
 @dataclass(frozen=True)
