@@ -183,6 +183,9 @@ class Family(Protocol):
     declaration: str  # its declaration's name (assets/declarations/<name>.yaml)
     reads: frozenset[str]  # the ModelRequest fields it uses; the window greys out the others
     full_duplex: bool  # listens while it speaks (False: a cascade that answers after a pause)
+    # Without a checkpoint it runs weights its packages ship (a checkpoint may bring larger
+    # ones), not seeded random weights
+    ships_weights: bool
     downloads: tuple[PublicCheckpoint, ...]  # what the Models page offers to fetch for it
 
     def check(self, request: ModelRequest) -> None:

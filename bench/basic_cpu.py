@@ -45,8 +45,10 @@ import soxr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.basic.cascade import TAIL_S, BasicCascade
-from adapters.basic.family import MODELS, PERIOD_S
+from adapters.basic.family import MODELS, PERIOD_S, folder_facts
+from adapters.basic.folders import BasicModels, find_models
 from adapters.basic.load import load_basic
+from adapters.face import FamilyError
 from bench.env_info import environment
 from engine.duplex import PeriodStep, Phase
 from tests.basic_questions import (
@@ -306,16 +308,31 @@ def main() -> None:
         f"are seen (the cascade uses {TAIL_S:.3f}, one VAD window; 0.2 as before 2026-12-02 "
         "afternoon, seven windows)",
     )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a larger reply model's or recognizer's folder, or one holding both "
+        "(adapters/basic/folders.py); default: the shipped models",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
     args = parser.parse_args()
+    try:
+        models = BasicModels() if args.checkpoint is None else find_models(args.checkpoint)
+    except FamilyError as error:
+        parser.error(f"--{error}")
     questions = list(split(args.split)[: args.questions])
     result: dict[str, Any] = {}
     load_before = os.getloadavg()
     began = time.monotonic()
-    cascade = load_basic(period_s=args.period, tail_s=args.cut_tail)
+    cascade = load_basic(
+        period_s=args.period, tail_s=args.cut_tail, device=args.device, models=models
+    )
     result |= {
         "environment": environment(" ".join(sys.argv)),
         "machine": {"cpus": os.cpu_count(), "load_average_before": load_before},
-        "models": MODELS,
+        "models": MODELS | folder_facts(models) | {"compute_device": args.device},
         "period_s": args.period,
         "cut_tail_s": args.cut_tail,
         "load_s": round(time.monotonic() - began, 1),

@@ -36,6 +36,7 @@ defaults stay; the options remain keywords for screening.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 from faster_whisper import WhisperModel
@@ -92,6 +93,9 @@ class Recognizer:
             ``without_timestamps=False``; the words are the same text tokens).
         patience: the beam's patience (1.0: CTranslate2's and faster-whisper's default).
         suppress_blank: suppress a blank first token (faster-whisper's default, True).
+        folder: a larger CTranslate2 Whisper's folder (checked by
+            :func:`adapters.basic.folders.find_models`; an English-only ``.en`` model too);
+            None: the shipped Whisper base.
     """
 
     rate = 16000  # Whisper hears 16 kHz mono
@@ -106,15 +110,18 @@ class Recognizer:
         timestamps: bool = False,
         patience: float = 1.0,
         suppress_blank: bool = True,
+        folder: Path | None = None,
     ) -> None:
         kind, _, index = device.partition(":")
         self._model = WhisperModel(
-            "whisper-base",  # a name only: the files come from memory
+            # the shipped files come from memory (the name is only a name), a folder's from it
+            "whisper-base" if folder is None else str(folder),
             device=kind,
             device_index=int(index or 0),
             compute_type="int8" if kind == "cpu" else "float16",
             cpu_threads=threads,
-            files=model_files(),
+            local_files_only=True,
+            files=model_files() if folder is None else None,
         )
         self.beam, self.tail_s, self.timestamps = beam, tail_s, timestamps
         self.patience, self.suppress_blank = patience, suppress_blank

@@ -14,11 +14,13 @@ import numpy as np
 import torch
 
 from adapters.basic.cascade import TAIL_S, BasicCascade
+from adapters.basic.folders import BasicModels
 from adapters.basic.shipped import check_installed
 
 __all__ = ["load_basic"]
 
 Progress = Callable[[str, float], None]
+SHIPPED = BasicModels()  # the wheels' models
 
 
 def load_basic(
@@ -29,8 +31,10 @@ def load_basic(
     realtime: bool = True,
     device: str = "cpu",
     tail_s: float = TAIL_S,
+    models: BasicModels = SHIPPED,
 ) -> BasicCascade:
-    """The cascade with Whisper base, SmolLM2-135M-Instruct and Piper's joe voice.
+    """The cascade with Whisper base, SmolLM2-135M-Instruct and Piper's joe voice, or the
+    larger recognizer and reply model of ``models`` (:func:`adapters.basic.folders.find_models`).
 
     ``progress(stage, fraction)`` hears ``("loading", 0..1)``. ``threads``: CTranslate2's CPU
     threads for recognition (default: the cores, at most 4); the voice uses onnxruntime's pool.
@@ -41,7 +45,7 @@ def load_basic(
     ``torch_threads``: the process's torch intra-op threads, which the reply model runs on; set
     here because it is process-wide. One, as app/session.py uses on the CPU: on a busy two-core
     machine two threads made a reply 6-25x slower than one (barrier waits; 12-50 s against
-    1.9-5.9 s for two sentences). Every file comes from a wheel, by its local path.
+    1.9-5.9 s for two sentences). Every shipped file comes from a wheel, by its local path.
     Raises ``RuntimeError`` (one line) when a package is missing.
     """
     report = progress or (lambda stage, fraction: None)
@@ -52,11 +56,11 @@ def load_basic(
 
     torch.set_num_threads(torch_threads)
     report("loading", 0.0)
-    recognizer = Recognizer(threads or min(4, os.cpu_count() or 1), device)
+    recognizer = Recognizer(threads or min(4, os.cpu_count() or 1), device, folder=models.hearing)
     report("loading", 0.1)
     voice = Voice()
     report("loading", 0.2)
-    replier = Replier(device=device)
+    replier = Replier(device=device, folder=models.reply)
     report("loading", 0.9)
     recognizer.transcribe(np.zeros(recognizer.rate, dtype=np.float32))  # first calls are slow
     voice.speak("Hello.")

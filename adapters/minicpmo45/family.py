@@ -76,6 +76,7 @@ class MiniCPMO45Family:
          "trust_checkpoint_code"}
     )  # fmt: skip
     full_duplex: bool = True
+    ships_weights: bool = False
     downloads: tuple[PublicCheckpoint, ...] = (
         PublicCheckpoint(
             "MiniCPM-o 4.5, the whole model", "openbmb/MiniCPM-o-4_5", ("*",), "",

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters.face import FamilyError
-from adapters.safetensors_header import Damaged, TensorEntry, read_header
-from engine.files_read import FileRefused, confined, read_json
+from adapters.hub_folder import config as read_config
+from adapters.hub_folder import header, inside, shards
 
 __all__ = [
     "MODEL_TYPE",
@@ -32,8 +32,6 @@ __all__ = [
 MODEL_TYPE = "minicpmo"  # config.json's model_type
 TOKEN2WAV_FOLDER = Path("assets") / "token2wav"  # the vendor's Token2wav files, read by ours
 VISION_PREFIXES = ("vpm.", "resampler.")  # the vision tower's weights: not loaded (vision off)
-_INDEX = "model.safetensors.index.json"
-_SINGLE = "model.safetensors"
 _BF16 = 2  # bytes per floating-point weight once loaded in bf16
 _FLOATS = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 _SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1}
@@ -62,7 +60,7 @@ def check_folder(path: Path) -> CheckpointFolder:
             "modeling_minicpmo.py, model*.safetensors)",
             "checkpoint",
         )
-    config = _config(path)
+    config = read_config(path, "choose the MiniCPM-o-4_5 folder")
     if config.get("model_type") != MODEL_TYPE:
         raise FamilyError(
             f"checkpoint {path}: config.json has model_type {config.get('model_type')!r}, not "
@@ -70,7 +68,7 @@ def check_folder(path: Path) -> CheckpointFolder:
             "checkpoint",
         )
     code = _code_files(path, config)
-    return CheckpointFolder(path, code, _shards(path))
+    return CheckpointFolder(path, code, shards(path))
 
 
 def weight_bytes(folder: CheckpointFolder, skip: tuple[str, ...] = VISION_PREFIXES) -> int:
@@ -78,29 +76,11 @@ def weight_bytes(folder: CheckpointFolder, skip: tuple[str, ...] = VISION_PREFIX
     stored), leaving out tensors whose names start with ``skip``; read from the headers only."""
     total = 0
     for shard in folder.shards:
-        for name, entry in _header(shard).items():
+        for name, entry in header(shard).items():
             if not name.startswith(skip):
                 size = _BF16 if entry.dtype in _FLOATS else _SIZES.get(entry.dtype, 8)
                 total += math.prod(entry.shape) * size
     return total
-
-
-def _config(path: Path) -> dict[str, Any]:
-    config_file = _inside(path, "config.json", "config.json")  # a FIFO is refused, not "lacks"
-    if not config_file.is_file():
-        raise FamilyError(
-            f"checkpoint {path} lacks config.json: choose the MiniCPM-o-4_5 folder", "checkpoint"
-        )
-    try:
-        config = read_json(config_file)
-    except FileRefused as error:
-        raise FamilyError(
-            f"checkpoint {path}: config.json cannot be read ({error}): restore the file",
-            "checkpoint",
-        ) from None
-    if not isinstance(config, dict):
-        raise FamilyError(f"checkpoint {path}: config.json is not a mapping", "checkpoint")
-    return config
 
 
 def _code_files(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
@@ -123,7 +103,7 @@ def _code_files(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
             )
         if isinstance(target, str):
             names.append(target.rsplit(".", 1)[0] + ".py")
-    missing = [name for name in names if not _inside(path, name, "auto_map").is_file()]
+    missing = [name for name in names if not inside(path, name, "auto_map").is_file()]
     if missing:
         raise FamilyError(
             f"checkpoint {path} lacks {', '.join(missing)} (its config.json's auto_map names "
@@ -131,52 +111,3 @@ def _code_files(path: Path, config: dict[str, Any]) -> tuple[str, ...]:
             "checkpoint",
         )
     return tuple(dict.fromkeys(names))
-
-
-def _shards(path: Path) -> tuple[Path, ...]:
-    index = path / _INDEX
-    if index.is_file():
-        try:
-            weight_map = read_json(_inside(path, _INDEX, _INDEX))["weight_map"]
-            names = [str(name) for name in dict.fromkeys(weight_map.values())]
-        except (FileRefused, KeyError, TypeError, AttributeError) as error:
-            raise FamilyError(
-                f"checkpoint {path}: {_INDEX} cannot be read ({error}): restore the file",
-                "checkpoint",
-            ) from None
-        shards = tuple(_inside(path, name, f"{_INDEX}'s weight_map") for name in names)
-        missing = [shard.name for shard in shards if not shard.is_file()]
-        if missing:
-            raise FamilyError(
-                f"checkpoint {path} lacks {len(missing)} weight file(s) its index names "
-                f"({missing[0]}, ...): finish the download",
-                "checkpoint",
-            )
-        return shards
-    if (path / _SINGLE).is_file():
-        return (path / _SINGLE,)
-    pickled = sorted(p.name for p in path.glob("*.bin"))
-    hint = f" ({pickled[0]} is a pickle, which we do not load)" if pickled else ""
-    raise FamilyError(
-        f"checkpoint {path} has no safetensors weights{hint}: download the safetensors files",
-        "checkpoint",
-    )
-
-
-def _inside(folder: Path, name: str, what: str) -> Path:
-    """``folder / name`` confined to the folder and regular (or missing), else a FamilyError."""
-    try:
-        return confined(folder, name, what)
-    except FileRefused as error:
-        raise FamilyError(f"checkpoint {folder}: {error}: restore the file", "checkpoint") from None
-
-
-def _header(shard: Path) -> dict[str, TensorEntry]:
-    try:
-        return read_header(shard)
-    except Damaged as damage:
-        raise FamilyError(
-            f"weights {shard} are not a readable safetensors file ({damage.what}, "
-            f"{damage.detail}): download it again",
-            "checkpoint",
-        ) from None

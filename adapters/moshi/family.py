@@ -64,6 +64,7 @@ class MoshiFamily:
     declaration: str = "moshi"
     reads: frozenset[str] = frozenset({"device", "model_size", "checkpoint", "arm", "seed"})
     full_duplex: bool = True
+    ships_weights: bool = False
     downloads: tuple[PublicCheckpoint, ...] = (
         PublicCheckpoint(
             "Moshi (Kyutai) 7B", "kyutai/moshiko-pytorch-bf16",

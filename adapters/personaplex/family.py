@@ -49,6 +49,7 @@ class PersonaPlexFamily:
         {"device", "model_size", "checkpoint", "arm", "seed", "voice", "role"}
     )
     full_duplex: bool = True
+    ships_weights: bool = False
     downloads: tuple[PublicCheckpoint, ...] = ()  # gated: the user downloads it (README)
     roles: tuple[str, ...] = tuple(ROLES)  # the role presets, by name (any text is a role too)
 

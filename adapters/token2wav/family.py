@@ -62,6 +62,7 @@ class Token2WavFamily:
         {"device", "model_size", "checkpoint", "voice", "voice_frames", "arm", "audit", "seed"}
     )
     full_duplex: bool = True
+    ships_weights: bool = False
     downloads: tuple[PublicCheckpoint, ...] = ()
 
     def check(self, request: ModelRequest) -> None:

@@ -110,7 +110,9 @@ you only while you hold <b>Space</b> or the Talk button; the microphone meter is
 while nothing is held, because the model hears nothing.</p>
 <p>No model downloaded? The <b>basic voice</b> answers: a speech recognizer, a small language
 model and a voice in a row, on the CPU. It waits for you to pause, so it is not full duplex;
-Settings &rarr; Models downloads Moshi or MiniCPM-o 4.5 for the real thing. A full-duplex
+Settings &rarr; Models downloads Moshi or MiniCPM-o 4.5 for the real thing, or a larger
+recognizer and reply model for the basic voice (its checkpoint folder: one model's folder, or a
+folder holding both; they want a GPU). A full-duplex
 family without its checkpoint has <b>random weights</b>: it runs exactly like the real one but
 its "speech" is noise, played 20 dB quieter. Choose a checkpoint in Settings for speech.
 File &rarr; <i>Use a WAV file as the microphone</i> plays a recording to the model instead of

@@ -95,11 +95,13 @@ def test_settings_grey_out_what_the_family_ignores(
     assert dialog.arm.isEnabled() and dialog.checkpoint.isEnabled() and dialog.voice.isEnabled()
     dialog.checkpoint.setText("/somewhere/flow")
     dialog.family.setCurrentIndex(dialog.family.findData("basic"))
-    for ignored in (dialog.arm, dialog.audit, dialog.checkpoint, dialog.voice, dialog.model_size,
-                    dialog.trust_code):  # fmt: skip
+    for ignored in (dialog.arm, dialog.audit, dialog.voice, dialog.model_size, dialog.trust_code):
         assert not ignored.isEnabled()
         assert ignored.toolTip().startswith("Basic voice ignores this.")
-    assert dialog.settings().checkpoint is None  # not kept for a family that takes none
+    assert dialog.checkpoint.isEnabled()  # a folder of larger models it may use instead
+    assert dialog.settings().checkpoint == Path("/somewhere/flow")
+    dialog.voice.setText("/somewhere/voice.wav")
+    assert dialog.settings().voice is None  # not kept for a family that takes none
     assert dialog.echo_cancel.isEnabled() and dialog.input_device.isEnabled()
     assert dialog.device.isEnabled()  # the basic voice runs its recognizer and replies on a GPU
     dialog.family.setCurrentIndex(dialog.family.findData("moshi"))

@@ -38,7 +38,11 @@ def test_every_family_is_listed_with_what_it_needs(
     assert rows["basic"].size_bytes > 0 and rows["basic"].where
     assert not rows["moshi"].installed and "rings (its declaration)" in rows["moshi"].needs
     assert not rows["minicpmo45"].installed and "checkpoint folder" in rows["minicpmo45"].status
-    assert {k for k, row in rows.items() if row.download} == {"synthetic", "moshi", "minicpmo45"}
+    downloadable = {k for k, row in rows.items() if row.download}
+    assert downloadable == {"synthetic", "moshi", "minicpmo45", "basic"}
+    assert rows["basic"].download and rows["basic"].download.repo_id == (
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct"  # its larger reply model, first of two
+    )
     assert rows["moshi"].download and rows["moshi"].download.repo_id == (
         "kyutai/moshiko-pytorch-bf16"
     )

@@ -171,7 +171,8 @@ class SettingsDialog(QDialog):
         fetch = explain(
             QPushButton("Models…"), "models",
             "Open the Models page: every model family, installed or not, where and what it "
-            "needs, and downloads of Moshi and MiniCPM-o 4.5 (only when you ask).",
+            "needs, and downloads of Moshi, MiniCPM-o 4.5 and the basic voice's larger models "
+            "(only when you ask).",
         )  # fmt: skip
         fetch.clicked.connect(self.open_models)
         self.voice = explain(

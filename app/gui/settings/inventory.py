@@ -75,7 +75,7 @@ def _row(key: str, settings: Settings, models_dir: Path) -> FamilyRow:
         except FamilyError as error:
             installed, status = False, str(error)
         else:
-            if reads_checkpoint and checkpoint is None:
+            if reads_checkpoint and checkpoint is None and not face.ships_weights:
                 installed, status = False, "no checkpoint: seeded random weights (not speech)"
     where = footprint.where
     return FamilyRow(

