@@ -56,7 +56,7 @@ class Settings:
 
     family: str = DEFAULT_FAMILY  # a key of adapters.registry
     model_size: str = "auto"  # full | small | auto (full on CUDA, small on CPU)
-    checkpoint: Path | None = None  # the family's checkpoint folder; None = seeded random weights
+    checkpoint: Path | None = None  # its folder; None: seeded random weights (basic: its own)
     # A voice prompt: a recording (token2wav: a WAV, needs a checkpoint), or for PersonaPlex
     # also a checkpoint voice's name (NATF2); None = the family's default voice.
     voice: Path | None = None
