@@ -127,11 +127,21 @@ class PublicCheckpoint:
     needs: str  # what comes down, in words
     family: str  # the family (adapters.registry key) that loads it
     gpu: bool = True  # it needs a CUDA GPU to run in real time (checked before downloading)
+    # A folder the download goes into (as a folder named after the repository) that is itself
+    # the checkpoint: downloads that share one make one checkpoint (the basic voice's models)
+    group: str = ""
 
     @property
     def folder_name(self) -> str:
-        """The download's folder inside the models folder: the repository's name."""
-        return self.repo_id.split("/")[-1]
+        """The download's folder inside the models folder: the repository's name, inside its
+        group if it has one."""
+        name = self.repo_id.split("/")[-1]
+        return f"{self.group}/{name}" if self.group else name
+
+    def checkpoint_in(self, download: Path) -> Path:
+        """The folder Settings points at once the files are in ``download`` (the models folder
+        joined with :attr:`folder_name`): the group, else the download's :attr:`subfolder`."""
+        return download.parent if self.group else download / self.subfolder
 
 
 class FamilyAudit(Protocol):

@@ -41,6 +41,8 @@ MODELS = {
 
 __all__ = ["BASIC", "BasicFamily", "folder_facts"]
 
+# The folder both downloads go into, each as its own: the checkpoint that holds them both
+_GROUP = "basic-voice"
 PERIOD_S = 0.1  # whole samples at 16 kHz and 22.05 kHz; an answer waits for a period boundary
 
 
@@ -60,14 +62,15 @@ class BasicFamily:
             "Basic voice: a larger reply model, SmolLM2-1.7B-Instruct",
             "HuggingFaceTB/SmolLM2-1.7B-Instruct",
             ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-             "tokenizer_config.json", "special_tokens_map.json"),
+             "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"),
             "", "SmolLM2-1.7B-Instruct (Apache-2.0): its weights and tokenizer", "basic",
+            group=_GROUP,
         ),
         PublicCheckpoint(
             "Basic voice: a larger recognizer, Whisper small.en",
             "Systran/faster-whisper-small.en",
             ("config.json", "model.bin", "tokenizer.json", "vocabulary.*"),
-            "", "Whisper small.en (MIT) in CTranslate2's format", "basic",
+            "", "Whisper small.en (MIT) in CTranslate2's format", "basic", group=_GROUP,
         ),
     )  # fmt: skip
 

@@ -1,9 +1,11 @@
 """The Models page lists every family of the registry (installed or not, where, size on disk,
-what it needs, from the family's own footprint) and downloads Moshi from its row, through a
-loopback stand-in for the hub, into a folder that then passes Moshi's check."""
+what it needs, from the family's own footprint) and downloads Moshi, or the basic voice's larger
+reply model, from its row, through a loopback stand-in for the hub, into a folder that then
+passes the family's check."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +15,7 @@ import torch
 from pytestqt.qtbot import QtBot
 from safetensors.torch import save
 
+from adapters.basic.folders import find_models
 from adapters.moshi.config import MIMI_FILE, MOSHI_FILE, TOKENIZER_FILE
 from adapters.registry import family, family_keys
 from app.gui.settings.inventory import family_rows
@@ -86,6 +89,51 @@ def test_moshi_downloads_from_its_row_and_becomes_the_family(
         moshi = page.table.family_row("moshi")
         assert moshi.installed and moshi.where == (folder,) and moshi.size_bytes >= 50_500
         assert "GiB weights" in moshi.needs
+        qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
+        page.reject()
+        settings.reject()
+    finally:
+        hub.server.shutdown()
+
+
+def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
+    make_window: Callable[..., MainWindow],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    basic_present(monkeypatch)
+    gpu_here(monkeypatch, True)
+    download = family("basic").downloads[0]
+    config = {"model_type": "llama", "hidden_act": "silu"}  # the files' real formats, small
+    files = {
+        "config.json": json.dumps(config).encode(),
+        "model.safetensors": save({"w": torch.randn(100)}),
+        "tokenizer.json": b"{}",
+        "tokenizer_config.json": json.dumps({"chat_template": "{{ messages }}"}).encode(),
+    }
+    hub = _Hub(download.repo_id, {**files, "README.md": b"not asked for"})
+    try:
+        window = make_window()
+        settings = window.open_settings()
+        settings.models_endpoint = hub.endpoint
+        page = settings.open_models()
+        page.folder.setText(str(tmp_path / "models"))
+        page.refresh()
+        assert page.table.family_row("basic").installed  # its own models: ready before
+        with qtbot.waitSignal(page.chosen, timeout=60_000) as chosen:
+            page.table.buttons["basic"].click()
+        folder = Path(chosen.args[0])
+        assert folder == tmp_path / "models" / "basic-voice"  # the group, not the repository
+        model = folder / "SmolLM2-1.7B-Instruct"
+        assert sorted(p.name for p in model.iterdir() if p.is_file()) == sorted(files)
+        assert find_models(folder).reply == model and find_models(folder).hearing is None
+        assert settings.family.currentData() == "basic"
+        assert settings.checkpoint.text() == str(folder)
+        basic = page.table.family_row("basic")
+        assert basic.installed and basic.where[0] == folder
         qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
         page.reject()
         settings.reject()

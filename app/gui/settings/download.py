@@ -128,7 +128,7 @@ class CheckpointDownload(PlanJob):
             traceback.print_exc()
             self.failed.emit(hub_sentence(error, self.checkpoint.repo_id, self.folder))
             return
-        self.done.emit(str(self.folder / self.checkpoint.subfolder))
+        self.done.emit(str(self.checkpoint.checkpoint_in(self.folder)))
 
     def _received(self, n: int) -> None:
         self.received = n

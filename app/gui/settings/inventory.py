@@ -56,7 +56,7 @@ def _row(key: str, settings: Settings, models_dir: Path) -> FamilyRow:
     reads_checkpoint = "checkpoint" in face.reads
     checkpoint = settings.checkpoint if settings.family == key else None
     if checkpoint is None and download is not None:
-        fetched = models_dir / download.folder_name / download.subfolder
+        fetched = download.checkpoint_in(models_dir / download.folder_name)
         checkpoint = fetched if fetched.is_dir() else None
     request = ModelRequest(
         checkpoint=checkpoint if reads_checkpoint else None,
