@@ -6,9 +6,10 @@ passes the family's check."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -57,19 +58,22 @@ def test_every_family_is_listed_with_what_it_needs(
     assert not missing.installed and "no_such_package_dc" in missing.status
 
 
-def test_moshi_downloads_from_its_row_and_becomes_the_family(
+@contextmanager
+def _row_download(
     make_window: Callable[..., MainWindow],
     qtbot: QtBot,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+    key: str,
+    files: dict[str, bytes],
+) -> Iterator[tuple[Any, Any, Path, bool]]:
+    """Press ``key``'s Download on the Models page, the hub serving ``files`` (and one file
+    not asked for): the settings dialog, the page, the folder handed back, and whether the row
+    was installed before. The download is done when this yields."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     gpu_here(monkeypatch, True)  # one press downloads (without a GPU a second press would)
-    weights = {MOSHI_FILE: 7_500, MIMI_FILE: 5_000}  # float32 values: 30,000 and 20,000 bytes
-    files = {name: save({"w": torch.randn(n)}) for name, n in weights.items()}  # the real format
-    files[TOKENIZER_FILE] = b"t" * 500
-    hub = _Hub("kyutai/moshiko-pytorch-bf16", {**files, "README.md": b"not asked for"})
+    hub = _Hub(family(key).downloads[0].repo_id, {**files, "README.md": b"not asked for"})
     try:
         window = make_window()
         settings = window.open_settings()
@@ -78,10 +82,29 @@ def test_moshi_downloads_from_its_row_and_becomes_the_family(
         page.folder.setText(str(tmp_path / "models"))
         page.refresh()
         assert page.table.rowCount() == len(family_keys())
-        assert not page.table.family_row("moshi").installed
+        before = page.table.family_row(key).installed
         with qtbot.waitSignal(page.chosen, timeout=60_000) as chosen:
-            page.table.buttons["moshi"].click()
-        folder = Path(chosen.args[0])
+            page.table.buttons[key].click()
+        yield settings, page, Path(chosen.args[0]), before
+        qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
+        page.reject()
+        settings.reject()
+    finally:
+        hub.server.shutdown()
+
+
+def test_moshi_downloads_from_its_row_and_becomes_the_family(
+    make_window: Callable[..., MainWindow],
+    qtbot: QtBot,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    weights = {MOSHI_FILE: 7_500, MIMI_FILE: 5_000}  # float32 values: 30,000 and 20,000 bytes
+    files = {name: save({"w": torch.randn(n)}) for name, n in weights.items()}  # the real format
+    files[TOKENIZER_FILE] = b"t" * 500
+    row = _row_download(make_window, qtbot, tmp_path, monkeypatch, "moshi", files)
+    with row as (settings, page, folder, before):
+        assert not before
         assert folder == tmp_path / "models" / "moshiko-pytorch-bf16"
         assert sorted(p.name for p in folder.iterdir() if p.is_file()) == sorted(files)
         assert settings.family.currentData() == "moshi"
@@ -89,11 +112,6 @@ def test_moshi_downloads_from_its_row_and_becomes_the_family(
         moshi = page.table.family_row("moshi")
         assert moshi.installed and moshi.where == (folder,) and moshi.size_bytes >= 50_500
         assert "GiB weights" in moshi.needs
-        qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
-        page.reject()
-        settings.reject()
-    finally:
-        hub.server.shutdown()
 
 
 def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
@@ -102,11 +120,7 @@ def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     basic_present(monkeypatch)
-    gpu_here(monkeypatch, True)
-    download = family("basic").downloads[0]
     config = {"model_type": "llama", "hidden_act": "silu"}  # the files' real formats, small
     files = {
         "config.json": json.dumps(config).encode(),
@@ -114,18 +128,9 @@ def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
         "tokenizer.json": b"{}",
         "tokenizer_config.json": json.dumps({"chat_template": "{{ messages }}"}).encode(),
     }
-    hub = _Hub(download.repo_id, {**files, "README.md": b"not asked for"})
-    try:
-        window = make_window()
-        settings = window.open_settings()
-        settings.models_endpoint = hub.endpoint
-        page = settings.open_models()
-        page.folder.setText(str(tmp_path / "models"))
-        page.refresh()
-        assert page.table.family_row("basic").installed  # its own models: ready before
-        with qtbot.waitSignal(page.chosen, timeout=60_000) as chosen:
-            page.table.buttons["basic"].click()
-        folder = Path(chosen.args[0])
+    row = _row_download(make_window, qtbot, tmp_path, monkeypatch, "basic", files)
+    with row as (settings, page, folder, before):
+        assert before  # its own models: ready before
         assert folder == tmp_path / "models" / "basic-voice"  # the group, not the repository
         model = folder / "SmolLM2-1.7B-Instruct"
         assert sorted(p.name for p in model.iterdir() if p.is_file()) == sorted(files)
@@ -134,8 +139,3 @@ def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
         assert settings.checkpoint.text() == str(folder)
         basic = page.table.family_row("basic")
         assert basic.installed and basic.where[0] == folder
-        qtbot.waitUntil(lambda: page.download.isEnabled(), timeout=10_000)
-        page.reject()
-        settings.reject()
-    finally:
-        hub.server.shutdown()
