@@ -17,7 +17,7 @@ from adapters.face import FamilyError
 from adapters.safetensors_header import Damaged, TensorEntry, read_header
 from engine.files_read import FileRefused, confined, read_json
 
-__all__ = ["INDEX", "SINGLE", "config", "header", "inside", "shards"]
+__all__ = ["INDEX", "SINGLE", "config", "header", "inside", "mapping", "shards"]
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -25,19 +25,27 @@ SINGLE = "model.safetensors"
 
 def config(path: Path, lacking: str) -> dict[str, Any]:
     """``config.json``'s mapping, or a FamilyError: ``lacking`` is the fix when it is missing."""
-    config_file = inside(path, "config.json", "config.json")  # a FIFO is refused, not "lacks"
-    if not config_file.is_file():
+    found = mapping(path, "config.json")
+    if found is None:
         raise FamilyError(f"checkpoint {path} lacks config.json: {lacking}", "checkpoint")
+    return found
+
+
+def mapping(path: Path, name: str) -> dict[str, Any] | None:
+    """The JSON mapping in the folder's file ``name``, None when there is no such file, or a
+    FamilyError when it cannot be read or holds something else."""
+    file = inside(path, name, name)  # a FIFO is refused, not "lacks"
+    if not file.is_file():
+        return None
     try:
-        mapping = read_json(config_file)
+        found = read_json(file)
     except FileRefused as error:
         raise FamilyError(
-            f"checkpoint {path}: config.json cannot be read ({error}): restore the file",
-            "checkpoint",
+            f"checkpoint {path}: {name} cannot be read ({error}): restore the file", "checkpoint"
         ) from None
-    if not isinstance(mapping, dict):
-        raise FamilyError(f"checkpoint {path}: config.json is not a mapping", "checkpoint")
-    return mapping
+    if not isinstance(found, dict):
+        raise FamilyError(f"checkpoint {path}: {name} is not a mapping", "checkpoint")
+    return found
 
 
 def shards(path: Path) -> tuple[Path, ...]:

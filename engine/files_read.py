@@ -42,7 +42,9 @@ __all__ = [
 
 JSON_BYTES = MIB  # 1 MiB: a released model's config.json is a few KB
 JSON_DEPTH = 64  # nested objects/arrays; a released config nests 4
-JSON_DIGITS = 30  # digits of one JSON number; a size, an id or a float's digits are far fewer
+# Digits of one JSON number: a size, an id or a float's digits are far fewer; transformers
+# writes an unknown length as int(1e30), 31 digits (tokenizer_config.json's model_max_length)
+JSON_DIGITS = 40
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from adapters.basic.family import BASIC
-from adapters.basic.folders import BasicModels, find_models
+from adapters.basic.folders import BasicModels, find_models, float32_bytes
 from adapters.face import FamilyError, ModelRequest
 
 
@@ -27,11 +27,21 @@ def _llama(folder: Path, **config: object) -> Path:
     folder.mkdir(parents=True)
     base = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu"}
     (folder / "config.json").write_text(json.dumps({**base, **config}))
-    head = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
-    (folder / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + bytes(8))
+    (folder / "model.safetensors").write_bytes(_safetensors(LLAMA_TENSORS, "BF16"))
     (folder / "tokenizer.json").write_text("{}")
     (folder / "chat_template.jinja").write_text("{{ messages }}")
     return folder
+
+
+LLAMA_TENSORS = ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight")
+
+
+def _safetensors(names: tuple[str, ...], dtype: str) -> bytes:
+    """A safetensors file of 2-value tensors named ``names`` (2 bytes a value)."""
+    entries = {n: {"dtype": dtype, "shape": [2], "data_offsets": [4 * i, 4 * i + 4]}
+               for i, n in enumerate(names)}  # fmt: skip
+    head = json.dumps(entries).encode()
+    return len(head).to_bytes(8, "little") + head + bytes(4 * len(names))
 
 
 def _whisper(folder: Path, files: dict[str, bytes] | None = None) -> Path:
@@ -57,6 +67,8 @@ def test_a_folder_is_read_as_one_model_or_as_its_subfolders(tmp_path: Path) -> N
     reply = _llama(tmp_path / "models" / "SmolLM2-1.7B-Instruct")
     hearing = _whisper(tmp_path / "models" / "faster-whisper-small.en")
     (tmp_path / "models" / "moshiko-pytorch-bf16").mkdir()  # another family's: passed over
+    _whisper(tmp_path / "models" / "nllb-ct2")  # a CTranslate2 model, not a Whisper: too
+    (tmp_path / "models" / "nllb-ct2" / "config.json").write_text("{}")
     _llama(tmp_path / "models" / "MiniCPM-o-4_5", model_type="minicpmo")
     assert find_models(reply) == BasicModels(reply=reply)
     assert find_models(hearing) == BasicModels(hearing=hearing)
@@ -71,7 +83,16 @@ def test_every_flaw_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     _refused(tmp_path / "empty", "holds no model the basic voice runs", "clear the checkpoint")
     _refused(_llama(tmp_path / "qwen", model_type="qwen2"), "'qwen2'", "Llama-architecture")
     _refused(_llama(tmp_path / "biased", attention_bias=True), "attention_bias True", "silu")
-    _refused(_llama(tmp_path / "coded", auto_map={"AutoModel": "m.M"}), "never runs")
+    _refused(_llama(tmp_path / "coded", auto_map={"AutoModel": "m.M"}), "auto_map", "no code")
+    _refused(_llama(tmp_path / "packed", quantization_config={"quant_method": "gptq"}), "quantiz")
+    moving = _llama(tmp_path / "moving", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    _refused(moving, "rope_scaling of type 'dynamic'", "fixed rotary frequencies")
+    foreign_weights = _llama(tmp_path / "foreign-weights")
+    (foreign_weights / "model.safetensors").write_bytes(_safetensors(("w",), "F32"))
+    _refused(foreign_weights, "no floating model.embed_tokens.weight", "Llama model's")
+    packed_weights = _llama(tmp_path / "packed-weights")
+    (packed_weights / "model.safetensors").write_bytes(_safetensors(LLAMA_TENSORS, "U8"))
+    _refused(packed_weights, "no floating model.embed_tokens.weight")
     pickled = _llama(tmp_path / "pickled")
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     _refused(pickled, "no safetensors weights", "pytorch_model.bin is a pickle")
@@ -80,11 +101,18 @@ def test_every_flaw_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     _refused(cut, "truncated", "download it again")
     untokenized = _llama(tmp_path / "untokenized")
     (untokenized / "tokenizer.json").unlink()
-    _refused(untokenized, "lacks its tokenizer", "finish the download")
+    _refused(untokenized, "lacks tokenizer.json", "finish the download")
+    (untokenized / "tokenizer.model").write_bytes(b"sentencepiece")  # a format not read
+    _refused(untokenized, "lacks tokenizer.json")
+    tokenizer_code = _llama(tmp_path / "tokenizer-code")
+    (tokenizer_code / "tokenizer_config.json").write_text(json.dumps({"auto_map": {}}))
+    _refused(tokenizer_code, "tokenizer_config.json asks for", "never runs")
     base = _llama(tmp_path / "base")
     (base / "chat_template.jinja").unlink()
     _refused(base, "no chat template", "Instruct release")
-    (base / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    unknown_length = int(1e30)  # transformers' model_max_length when none is known: 31 digits
+    tokenizer = {"chat_template": "{{ messages }}", "model_max_length": unknown_length}
+    (base / "tokenizer_config.json").write_text(json.dumps(tokenizer))
     assert find_models(base).reply == base
     partial = _whisper(tmp_path / "partial")
     (partial / "tokenizer.json").unlink()
@@ -95,7 +123,9 @@ def test_every_flaw_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     _refused(foreign, "no CTranslate2 Whisper config")
 
 
-def test_the_family_takes_the_folder_and_says_what_it_holds(tmp_path: Path) -> None:
+def test_the_family_takes_the_folder_and_says_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from adapters.basic.family import _title, folder_facts
 
     reply = _llama(tmp_path / "SmolLM2-360M-Instruct")
@@ -113,6 +143,12 @@ def test_the_family_takes_the_folder_and_says_what_it_holds(tmp_path: Path) -> N
     (tmp_path / "empty").mkdir()
     with pytest.raises(FamilyError, match="holds no model"):
         BASIC.check(ModelRequest(checkpoint=tmp_path / "empty"))
+    assert float32_bytes(reply) == 2 * 2 * 4  # two 2-value tensors, as float32
+    monkeypatch.setattr("adapters.host_memory.host_room", lambda: (15, "this machine has"))
+    with pytest.raises(FamilyError) as refusal:  # before anything loads
+        BASIC.load(request, lambda stage, fraction: None)
+    assert refusal.value.setting == "device"
+    assert "the reply model SmolLM2-360M-Instruct needs about" in str(refusal.value)
 
 
 def write_reply_model(folder: Path, seed: int = 0) -> Path:

@@ -113,6 +113,8 @@ class Lean:
             raise ValueError("Lean runs SmolLM2's layout: SiLU, no biases")
         if config._attn_implementation != "eager":
             raise ValueError("Lean equals the eager attention only: load with it")
+        if base.rotary_emb.rope_type in ("dynamic", "longrope"):  # they move with the length
+            raise ValueError("Lean computes fixed rotary frequencies only")
         first = base.layers[0]
         self.eps = first.input_layernorm.variance_epsilon
         self.head_dim = first.self_attn.head_dim

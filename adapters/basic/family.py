@@ -105,11 +105,18 @@ class BasicFamily:
         return Footprint(where, "the CPU (a GPU if chosen); no download", tuple(MODULES))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
-        from adapters.basic.folders import BasicModels, find_models
+        from adapters.basic.folders import BasicModels, find_models, float32_bytes
         from adapters.basic.load import load_basic
 
         self.check(request)
         models = BasicModels() if request.checkpoint is None else find_models(request.checkpoint)
+        if models.reply is not None:  # loaded on the host first, in float32, on any device
+            from adapters.host_memory import check_host_memory
+
+            check_host_memory(
+                float32_bytes(models.reply), f"the reply model {models.reply.name}",
+                "its weights in float32", "choose a smaller reply model, or close other programs",
+            )  # fmt: skip
         began = time.monotonic()
         cascade = load_basic(
             PERIOD_S, progress, realtime=request.realtime, device=request.device, models=models

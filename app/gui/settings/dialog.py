@@ -128,6 +128,11 @@ class SettingsDialog(QDialog):
     def _follow_family(self) -> None:
         """Grey out what the chosen family ignores (its ``reads``), saying why."""
         face = family(self.family.currentData())
+        self.checkpoint.setPlaceholderText(
+            "none: its own models (a folder may bring larger ones)"
+            if face.ships_weights
+            else "none: seeded random weights (the audio is not speech)"
+        )
         for name, widgets in self._reads.items():
             used = name in face.reads
             for widget in widgets:
@@ -162,7 +167,6 @@ class SettingsDialog(QDialog):
             "hift_original.pt). "
             "Empty: seeded random weights, which make noise, not speech.",
         )  # fmt: skip
-        self.checkpoint.setPlaceholderText("none: seeded random weights (the audio is not speech)")
         browse = explain(
             QPushButton("Browse…"), "browse for the checkpoint folder",
             "Choose the checkpoint folder on disk.",
