@@ -97,7 +97,8 @@ _WORDS = {"reply": "reply model", "hearing": "recognizer"}
 
 
 def _kind(path: Path) -> str | None:
-    """ "hearing" (CTranslate2's model.bin), "reply" (a config.json alone), or None."""
+    """Which model ``path`` holds, by its files: a recognizer (CTranslate2's ``model.bin``
+    beside a ``config.json``), a reply model (a ``config.json`` alone), or None."""
     if not (path / "config.json").is_file():
         return None
     return "hearing" if (path / "model.bin").is_file() else "reply"
