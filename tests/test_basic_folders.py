@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,9 +152,22 @@ def test_the_family_takes_the_folder_and_says_what_it_holds(
     assert "the reply model SmolLM2-360M-Instruct needs about" in str(refusal.value)
 
 
-def write_reply_model(folder: Path, seed: int = 0) -> Path:
+# Llama 3.2's own settings beside SmolLM2's: its rotary scaling, a head size of its own (not
+# hidden / heads) and an output layer apart from the embedding
+LLAMA_3_2 = {
+    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "high_freq_factor": 4.0,
+                     "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
+    "rope_theta": 500_000.0,
+    "max_position_embeddings": 131_072,
+    "head_dim": 32,
+    "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def write_reply_model(folder: Path, seed: int = 0, **settings: Any) -> Path:
     """A Llama-architecture instruct model's folder as transformers writes it: SmolLM2's
-    tokenizer and chat template, seeded random weights (wide enough that greedy words vary)."""
+    tokenizer and chat template, seeded random weights (wide enough that greedy words vary),
+    SmolLM2's layout unless ``settings`` say otherwise."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -165,18 +179,19 @@ def write_reply_model(folder: Path, seed: int = 0) -> Path:
         str(gguf.parent), gguf_file=gguf.name, local_files_only=True
     )
     tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        initializer_range=0.2,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    layout = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+        "initializer_range": 0.2,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    config = LlamaConfig(**(layout | settings))
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
@@ -191,7 +206,10 @@ def _installed() -> None:
         pytest.skip(str(exc))
 
 
-def test_a_folders_reply_model_decodes_as_generate_does_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("settings", [{}, LLAMA_3_2], ids=["smollm2", "llama-3.2"])
+def test_a_folders_reply_model_decodes_as_generate_does_bit_for_bit(
+    tmp_path: Path, settings: dict[str, Any]
+) -> None:
     _installed()
     import torch
 
@@ -199,10 +217,11 @@ def test_a_folders_reply_model_decodes_as_generate_does_bit_for_bit(tmp_path: Pa
     from bench.basic_decode import generated, leaned, prompt_cache
 
     torch.set_num_threads(1)  # as load_basic sets it
-    folder = write_reply_model(tmp_path / "reply")
+    folder = write_reply_model(tmp_path / "reply", **settings)
     replier = Replier(folder=find_models(folder).reply)
     assert replier.weights == "float32"
-    assert replier.float32 == {"a checkpoint folder's model has no 4-bit blocks": 15}
+    layers = 2 * 7 + 1  # each layer's seven projections, and the output layer
+    assert replier.float32 == {"a checkpoint folder's model has no 4-bit blocks": layers}
     cache = prompt_cache(replier)
     for question in ("What is the capital of France?", "How many legs does a spider have?"):
         old, new = generated(replier, cache, question), leaned(replier, question)
