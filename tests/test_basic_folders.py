@@ -12,6 +12,7 @@ the same files loaded from memory.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,9 @@ def test_every_flaw_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     (partial / "tokenizer.json").unlink()
     (partial / "vocabulary.json").unlink()
     _refused(partial, "lacks tokenizer.json, vocabulary.json or vocabulary.txt", "whole")
+    fifo = _llama(tmp_path / "fifo")  # a file the load reads that would block it
+    os.mkfifo(fifo / "generation_config.json")
+    _refused(fifo, "generation_config.json", "restore the file")
     foreign = _whisper(tmp_path / "foreign")
     (foreign / "config.json").write_text("{}")
     _refused(foreign, "no CTranslate2 Whisper config")

@@ -38,6 +38,7 @@ _REPLY_EXAMPLES = "SmolLM2-360M-Instruct, SmolLM2-1.7B-Instruct, Llama-3.2-1B-In
 _HEARING_EXAMPLES = "faster-whisper-small.en"
 _HEARING = ("model.bin", "config.json", "tokenizer.json")  # and vocabulary.json or .txt
 _VOCABULARY = ("vocabulary.json", "vocabulary.txt")
+_READ_TOO = ("generation_config.json", "special_tokens_map.json")  # by the reply model's load
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,9 @@ def _checked_reply(path: Path) -> Path:
             "checkpoint",
         )
     _check_weights(path)
-    if not (path / "tokenizer.json").is_file():
+    for name in _READ_TOO:  # transformers reads them: confined and regular, or missing
+        inside(path, name, name)
+    if not inside(path, "tokenizer.json", "tokenizer.json").is_file():
         raise FamilyError(
             f"checkpoint {path} lacks tokenizer.json: finish the download (the basic voice "
             "reads no other tokenizer format)",
@@ -228,6 +231,7 @@ def _tokenizer_settings(path: Path) -> tuple[bool, bool]:
 def _checked_hearing(path: Path) -> Path:
     """A CTranslate2 Whisper folder with every file faster-whisper reads (without
     ``tokenizer.json`` it would download one, which the app never does on its own)."""
+    inside(path, "preprocessor_config.json", "preprocessor_config.json")  # read if there
     missing = [name for name in _HEARING if not inside(path, name, name).is_file()]
     if not any(inside(path, name, name).is_file() for name in _VOCABULARY):
         missing.append(" or ".join(_VOCABULARY))
