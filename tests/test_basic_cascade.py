@@ -17,6 +17,7 @@ import pytest
 
 from adapters.basic.cascade import JOIN_S, PAD_S, STOP_S, BasicCascade, joined
 from adapters.basic.family import PERIOD_S as PERIOD_S_BASIC
+from adapters.basic.folders import BasicModels
 from bench.basic_cpu import period_pcm
 from engine.duplex import DuplexLoop, PeriodStep, Phase
 from engine.metrics import Metrics
@@ -351,9 +352,14 @@ def test_closing_a_basic_session_ends_the_cascades_worker(monkeypatch: pytest.Mo
     gate = threading.Event()  # the worker stays busy hearing until the session closes
 
     def stand_ins(
-        period_s: float, progress: object, realtime: bool = True, device: str = "cpu"
+        period_s: float,
+        progress: object,
+        realtime: bool = True,
+        device: str = "cpu",
+        models: BasicModels | None = None,
     ) -> BasicCascade:
         assert device == "cpu"  # the session's device reaches the models
+        assert models == BasicModels()  # no checkpoint: the shipped ones
         return BasicCascade(Ears(gate=gate), Mouth(), Tone(), period_s, realtime=realtime)
 
     monkeypatch.setattr(adapters.basic.load, "load_basic", stand_ins)
