@@ -140,7 +140,10 @@ def test_the_family_takes_the_folder_and_says_what_it_holds(
     except FamilyError as error:  # a package the basic voice needs is missing here
         assert error.setting is None, error
         pytest.skip(str(error))
-    assert BASIC.footprint(request).where[0] == reply
+    footprint = BASIC.footprint(request)
+    assert footprint.where[0] == reply
+    assert footprint.needs.startswith("0.0 GiB of host memory for its reply model in float32")
+    assert "host memory" not in BASIC.footprint(ModelRequest(checkpoint=tmp_path / "no")).needs
     models = find_models(reply)
     assert _title(models) == "Basic voice: Whisper base, SmolLM2-360M-Instruct, Piper (a cascade)"
     assert _title(BasicModels()) is None  # the shipped models: the family's own title

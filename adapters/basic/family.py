@@ -95,14 +95,24 @@ class BasicFamily:
 
     def footprint(self, request: ModelRequest) -> Footprint:
         """The checkpoint folder, if any, and the installed packages that ship its three models;
-        the CPU, or a GPU if asked."""
+        the CPU, or a GPU if asked, and the host memory a folder's reply model takes."""
+        from adapters.basic.folders import find_models, float32_bytes
         from adapters.basic.shipped import MODEL_PACKAGES, MODULES, package_folder
+        from engine.sizes import byte_text
 
         found = (package_folder(name) for name in MODEL_PACKAGES)
         where = tuple(folder for folder in found if folder is not None)
+        needs = "the CPU (a GPU if chosen); no download"
         if request.checkpoint is not None:
             where = (request.checkpoint, *where)
-        return Footprint(where, "the CPU (a GPU if chosen); no download", tuple(MODULES))
+            try:
+                reply = find_models(request.checkpoint).reply
+            except FamilyError:  # check() says what is wrong with the folder
+                reply = None
+            if reply is not None:
+                size = byte_text(float32_bytes(reply))
+                needs = f"{size} of host memory for its reply model in float32; {needs}"
+        return Footprint(where, needs, tuple(MODULES))
 
     def load(self, request: ModelRequest, progress: Progress) -> LoadedModel:
         from adapters.basic.folders import BasicModels, find_models, float32_bytes
