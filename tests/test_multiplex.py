@@ -450,3 +450,33 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
     assert source.state_bytes(Arm.SRC) == state_bytes(source.declaration, source.size) == declared
     assert loaded.close is not None
     loaded.close()
+
+
+def test_moshi_sessions_share_mimis_codebooks() -> None:
+    """Mimi's codebooks (made on first use by ``moshi``) are made once on the weights: a
+    session's twin uses them in place, so a session holds no codebook of its own (16 MiB each
+    at the released size before)."""
+    from moshi.quantization.core_vq import EuclideanCodebook
+
+    def codebooks(mimi: torch.nn.Module) -> list[int]:
+        return [
+            m._embedding.data_ptr()
+            for m in mimi.modules()
+            if isinstance(m, EuclideanCodebook) and m._embedding is not None
+        ]
+
+    source = family("moshi").load_sessions(MOSHI_REQUEST, _quiet)
+    shared = codebooks(source.models.mimi)
+    assert len(shared) == source.size.point["audio_q"]  # the levels a quantizer uses, no more
+    assert source.codebook_bytes == sum(
+        m._embedding.nbytes
+        for m in source.models.mimi.modules()
+        if isinstance(m, EuclideanCodebook) and m._embedding is not None
+    )
+    loaded = source.open(0, Arm.EAGER, only_own_arm=True)
+    spf = source.size.point["samples_per_frame"]
+    for i in range(2):
+        loaded.model.step(np.random.default_rng(i).standard_normal(spf).astype(np.float32) / 8)
+    assert codebooks(loaded.model.stream.ops.mimi) == shared
+    assert loaded.close is not None
+    loaded.close()

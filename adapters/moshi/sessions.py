@@ -29,7 +29,7 @@ from engine.contract import Declaration
 if TYPE_CHECKING:
     from engine.multiplex import SessionRng
 
-__all__ = ["MoshiSessions", "twin"]
+__all__ = ["MoshiSessions", "share_codebooks", "twin"]
 
 SAMPLING_KEYS = ("temp", "temp_text", "top_k", "top_k_text", "use_sampling")
 
@@ -43,6 +43,27 @@ def twin(module: torch.nn.Module) -> Any:
     everything else (streaming state, Python attributes) is the twin's own."""
     memo: dict[int, Any] = {id(t): t for t in (*module.parameters(), *module.buffers())}
     return copy.deepcopy(module, memo)
+
+
+def share_codebooks(mimi: torch.nn.Module) -> int:
+    """Compute the codebooks Mimi uses once, on the weights, so every twin shares them; returns
+    their bytes.
+
+    ``moshi``'s ``EuclideanCodebook.embedding`` is made on first use (``embedding_sum /
+    cluster_usage``) and kept as a buffer of the module that used it. On a twin, that first use
+    would give every session a copy of its own: 16 MiB at the released size (8 codebooks of
+    2048 x 256 float32), beyond the state its declaration states. Made here by the same
+    expression on the same device, each is the same tensor bit for bit, and a buffer: ``twin``
+    shares it. Only the levels the quantizers use (``n_q``) are made, as a first use would.
+    """
+    from moshi.quantization.vq import ResidualVectorQuantizer
+
+    made = 0
+    for quantizer in mimi.modules():
+        if isinstance(quantizer, ResidualVectorQuantizer):
+            for level in quantizer.vq.layers[: quantizer.n_q]:
+                made += level.embedding.nbytes
+    return made
 
 
 class MoshiSessions:
@@ -60,6 +81,7 @@ class MoshiSessions:
     ) -> None:
         self.models, self.declaration, self.size, self.device = models, declaration, size, device
         self.title, self.build_s = title, build_s
+        self.codebook_bytes = share_codebooks(models.mimi)
         self.bindings = "per-session"  # open_multiplexed: each session captures its own
         values = size.point
         rate = declaration.clock_rate("sample", values)
