@@ -62,7 +62,8 @@ def share_codebooks(mimi: torch.nn.Module) -> int:
     for quantizer in mimi.modules():
         if isinstance(quantizer, ResidualVectorQuantizer):
             for level in quantizer.vq.layers[: quantizer.n_q]:
-                made += level.embedding.nbytes
+                codebook: torch.Tensor = level.embedding
+                made += codebook.nbytes
     return made
 
 
