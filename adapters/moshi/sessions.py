@@ -62,8 +62,8 @@ def share_codebooks(mimi: torch.nn.Module) -> int:
     for quantizer in mimi.modules():
         if isinstance(quantizer, ResidualVectorQuantizer):
             for level in quantizer.vq.layers[: quantizer.n_q]:
-                codebook: torch.Tensor = level.embedding
-                made += codebook.nbytes
+                codebook: Any = level.embedding  # made here, kept as the level's buffer
+                made += int(codebook.nbytes)
     return made
 
 
