@@ -42,6 +42,7 @@ from app.converse import (
     _source,
     check_request,
 )
+from app.heap import settle_heap
 from app.outputs import claim_outputs
 from app.session import Session
 
@@ -126,6 +127,9 @@ def _converse_sessions(req: ConverseRequest, subs: list[ConverseRequest]) -> dic
     except FamilyError as error:
         raise ConverseError(str(error)) from None
     tallies = {sid: Tally() for sid in sessions}
+    # Every session is admitted (weights, twins, graphs): collect once and freeze the survivors,
+    # so no full collection walks them mid-period (100-350 ms with the GIL held: late periods).
+    settle_heap()
     with ExitStack() as stack:
         for _, session in sessions.values():
             stack.callback(session.close)

@@ -74,6 +74,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 from adapters.face import ModelRequest
 from adapters.moshi.family import MOSHI
 from adapters.token2wav.family import SYNTHETIC
+from app.heap import settle_heap
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.multiplex import Capacity, Done, Multiplexer, SessionRng
@@ -346,6 +347,7 @@ def multiplexed(
             mux.rng(sid).reseed()
         n = len(sessions)
         work = {sid: load.payloads(seed, args.periods) for sid, (seed, _) in sessions.items()}
+        settle_heap()  # as converse --sessions does once its sessions are admitted
         t0 = time.perf_counter() + 0.2
         plan = sorted(
             (t0 + (i / n + k) * period, sid, p)

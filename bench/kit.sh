@@ -62,6 +62,8 @@ download() {
 download pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 pytest-timeout==2.4.0 hypothesis==6.155.2 \
     sortedcontainers==2.4.0 attrs==26.1.0 einops==0.8.2 platformdirs==4.14.9 silero-vad==6.2.3 \
     soxr==1.1.0 soundfile==0.14.0 cffi==2.0.0 pycparser==3.0 packaging==26.2 pyyaml==6.0.3
+# The app's echo cancellation: `converse` checks for it while echo_cancel is on (the default).
+download pywebrtc-audio==0.2.0
 "$py" -m pip wheel -q -w "$whl" --no-deps minicpmo-utils==1.0.7  # a source archive only
 # Moshi (its import reaches the hub client, never the hub).
 download moshi==0.2.13 sentencepiece==0.2.3 safetensors==0.8.0
