@@ -74,7 +74,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 from adapters.face import ModelRequest
 from adapters.moshi.family import MOSHI
 from adapters.token2wav.family import SYNTHETIC
-from app.heap import settle_heap
+from app.heap import release_heap, settle_heap
 from bench.env_info import environment
 from engine.arms import Arm
 from engine.multiplex import Capacity, Done, Multiplexer, SessionRng
@@ -355,6 +355,7 @@ def multiplexed(
             for k, p in enumerate(payloads)
         )
         done = _paced(mux, [(due, sid, p) for due, sid, p in plan], device)
+        release_heap()  # what closes later (the exact check's sessions) is collected again
         stats = _stats(done, period)
         used, _ = _memory(device)
         levels.append(
