@@ -45,9 +45,8 @@ def twin(module: torch.nn.Module) -> Any:
     return copy.deepcopy(module, memo)
 
 
-def share_codebooks(mimi: torch.nn.Module) -> int:
-    """Compute the codebooks Mimi uses once, on the weights, so every twin shares them; returns
-    their bytes.
+def share_codebooks(mimi: torch.nn.Module) -> None:
+    """Compute the codebooks Mimi uses once, on the weights, so every twin shares them.
 
     ``moshi``'s ``EuclideanCodebook.embedding`` is made on first use (``embedding_sum /
     cluster_usage``) and kept as a buffer of the module that used it. On a twin, that first use
@@ -58,13 +57,10 @@ def share_codebooks(mimi: torch.nn.Module) -> int:
     """
     from moshi.quantization.vq import ResidualVectorQuantizer
 
-    made = 0
     for quantizer in mimi.modules():
         if isinstance(quantizer, ResidualVectorQuantizer):
             for level in quantizer.vq.layers[: quantizer.n_q]:
-                codebook: Any = level.embedding  # made here, kept as the level's buffer
-                made += int(codebook.nbytes)
-    return made
+                level.embedding  # noqa: B018 (made here, kept as the level's buffer)
 
 
 class MoshiSessions:
@@ -82,7 +78,7 @@ class MoshiSessions:
     ) -> None:
         self.models, self.declaration, self.size, self.device = models, declaration, size, device
         self.title, self.build_s = title, build_s
-        self.codebook_bytes = share_codebooks(models.mimi)
+        share_codebooks(models.mimi)
         self.bindings = "per-session"  # open_multiplexed: each session captures its own
         values = size.point
         rate = declaration.clock_rate("sample", values)
