@@ -25,11 +25,13 @@ device limit keeps what it measured); ``extent``, ``exact`` and ``vendor`` are i
    switched to live) runs the same talk from a new conversation, re-seeded: ``--settle`` units
    (a replay arm captures there), then ``--units`` counted units, every one speaking (random
    weights speak every unit: the worst case), then ``--listen`` counted units forced to listen
-   (the vendor's own ``force_listen_count``). Per unit: the unit, and its split into
-   ``audio_encoder``, ``llm_prefill``, ``llm_decode``, ``tts_head`` (the checkpoint's code or the
-   family's rules, whichever runs; device synchronized at each stage's edges) and ``token2wav``
-   (our synthesis span); p50/p95/p99 of each; peak memory from an emptied cache; the text tokens,
-   speech tokens and PCM of every unit compared with eager's (``torch.equal`` / bytes).
+   (the vendor's own ``force_listen_count``). Twice, each pass a new conversation: the first
+   splits every unit into ``audio_encoder``, ``llm_prefill``, ``llm_decode``, ``tts_head`` (the
+   checkpoint's code or the family's rules, whichever runs; device synchronized at each stage's
+   edges) and ``token2wav`` (our synthesis span); the second times the unit as the app runs it,
+   without those synchronizes (``unit``; the first pass's is ``unit_clocked``), and must give the
+   same outputs. p50/p95/p99 of each; peak memory from an emptied cache; the text tokens, speech
+   tokens and PCM of every unit compared with eager's (``torch.equal`` / bytes).
 1b. ``exact``: eager, eager again (reproducible) and each of ``--exact-arms`` over
    ``--exact-units`` with a barge-in, a new conversation and the LLM cache's window slides; per
    unit the ids, speech tokens, generator state, each call's mel and the PCM against eager's.
@@ -275,6 +277,7 @@ class StageClock:
         self.duplex, self.cuda = duplex, cuda
         self.unit = dict.fromkeys(STAGES, 0.0)
         self.phase = "llm_prefill"
+        self._wrapped: list[tuple[Any, str, Any, Any]] = []  # owner, name, its own, wrapper
 
     def install(self) -> None:
         """Wrap what is there now; again after a switch put other code in place (idempotent)."""
@@ -285,6 +288,18 @@ class StageClock:
         self._wrap(d.decoder, "feed", "", None)
         self._wrap(d.decoder, "decode", "llm_decode", None)
         self._wrap(d.model.tts, "generate_chunk", "tts_head", None)
+
+    def uninstall(self) -> None:
+        """Put back what :meth:`install` wrapped (the unit then runs as the app runs it: one
+        synchronize, at the period's end)."""
+        for owner, name, own, wrapper in reversed(self._wrapped):
+            if vars(owner).get(name) is not wrapper:
+                continue  # a switch put other code there since, itself wrapped later
+            if own is None:
+                del vars(owner)[name]  # the class's method again
+            else:
+                setattr(owner, name, own)
+        self._wrapped.clear()
 
     def take(self) -> dict[str, float]:
         """This unit's seconds per stage; zeroed for the next."""
@@ -311,6 +326,7 @@ class StageClock:
             return out
 
         wrapped._stage_clock = self  # type: ignore[attr-defined]
+        self._wrapped.append((owner, name, vars(owner).get(name), wrapped))
         setattr(owner, name, wrapped)
 
     def _sync(self) -> None:
@@ -368,7 +384,10 @@ class Session:
 
     def conversation(self, arm: Arm, label: str) -> dict[str, Any]:
         """A new conversation under ``arm``, re-seeded: settle, counted speaking units, counted
-        listening units. Figures and every counted unit's outputs."""
+        listening units; then the same conversation again, new and re-seeded, without the
+        stage clock. The split is the first pass's; each unit's time is the second's, as the app
+        runs it (the clock's synchronizes at every stage edge, ~2 a token, keep the host from
+        running ahead of the device). Figures and every counted unit's outputs."""
         args = self.args
         warmed = self.fresh(arm, args.seed)
         if self.cuda:
@@ -376,29 +395,41 @@ class Session:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             start = torch.cuda.memory_allocated()
-        units: list[dict[str, Any]] = []
-        for k in range(args.settle + args.units + args.listen):
-            listen = k >= args.settle + args.units
-            units.append(self.unit(self.talk[k], listen))
+        n, listening = args.settle + args.units + args.listen, args.settle + args.units
+        units = [self.unit(self.talk[k], k >= listening) for k in range(n)]
+        self.fresh(arm, args.seed)
+        plain = [self.unit(self.talk[k], k >= listening, clocked=False) for k in range(n)]
+        self.clock.install()
+        same = all(
+            (a["text"], a["speech"], a["pcm"]) == (b["text"], b["speech"], b["pcm"])
+            for a, b in zip(units, plain, strict=True)
+        )
         counted = units[args.settle :]
         speak = [u for u in counted if not u["forced_listen"]]
         listen_units = [u for u in counted if u["forced_listen"]]
+        plain_speak = [u for u in plain[args.settle :] if not u["forced_listen"]]
+        plain_listen = [u for u in plain[args.settle :] if u["forced_listen"]]
         figures: dict[str, Any] = {
+            "unclocked_equal_clocked": same,
             "speaking_unit": {
-                "unit": quantiles([u["seconds"] for u in speak]),
+                "unit": quantiles([u["seconds"] for u in plain_speak]),
+                "unit_clocked": quantiles([u["seconds"] for u in speak]),
                 **{s: quantiles([u["split"][s] for u in speak]) for s in SPLIT},
                 "spoke": sum(u["spoke"] for u in speak),
                 "decode_tokens_p50": float(np.median([len(u["text"]) for u in speak] or [0])),
                 "speech_tokens_p50": float(np.median([len(u["speech"]) for u in speak] or [0])),
             },
             "listening_unit": {
-                "unit": quantiles([u["seconds"] for u in listen_units]),
+                "unit": quantiles([u["seconds"] for u in plain_listen]),
+                "unit_clocked": quantiles([u["seconds"] for u in listen_units]),
                 **{s: quantiles([u["split"][s] for u in listen_units]) for s in SPLIT},
                 "spoke": sum(u["spoke"] for u in listen_units),
             },
             "response_latency": quantiles(
                 response_latency(
-                    [u["seconds"] for u in speak], [u["spoke"] for u in speak], self.ends
+                    [u["seconds"] for u in plain_speak],
+                    [u["spoke"] for u in plain_speak],
+                    self.ends,
                 )
             ),
         }
@@ -443,13 +474,18 @@ class Session:
             print("switch warm-up", json.dumps(warmup), file=sys.stderr, flush=True)
         return done
 
-    def unit(self, mic: np.ndarray, listen: bool) -> dict[str, Any]:
-        """One unit through the loop; ``listen``: the vendor's forced listen for this unit."""
+    def unit(self, mic: np.ndarray, listen: bool, clocked: bool = True) -> dict[str, Any]:
+        """One unit through the loop; ``listen``: the vendor's forced listen for this unit;
+        ``clocked``: split into stages by the :class:`StageClock` (synchronizing at each
+        stage's edges), else as the app runs it (its split then has ``token2wav`` alone)."""
         duplex = self.duplex
         forced = duplex.force_listen_count
         if listen:  # the vendor forces listen while its count of generate calls is under this
             duplex.force_listen_count = duplex._streaming_generate_count + 1
-        self.clock.install()
+        if clocked:
+            self.clock.install()
+        else:
+            self.clock.uninstall()
         self.clock.take()
         before = len(duplex.total_ids)
         try:
