@@ -33,7 +33,9 @@ VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
 
 
 def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
-    """The state rule: every ring holds exactly what the declaration bounds."""
+    """The state rule: every ring holds exactly what the declaration bounds, and Mimi's
+    convolutions keep at most the tails it declares (``mimi_conv_values``, the released codec's;
+    a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared)."""
     declared = {
         "lm_kv": values["main_capacity"],
         "depformer_kv": values["depformer_capacity"],
@@ -47,6 +49,13 @@ def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -
                 "value",
                 "checkpoint",
             )
+    if (held := stream.conv_values()) > values["mimi_conv_values"]:
+        raise FamilyError(
+            f"the model's Mimi convolutions keep {held:,} values between frames, over "
+            f"{declaration}.yaml's bound mimi_conv_values={values['mimi_conv_values']:,}: "
+            "declare the checkpoint's value",
+            "checkpoint",
+        )
 
 
 def warm_up(

@@ -147,6 +147,7 @@ class MoshiSessions:
                 "model_size": self.size.name,
                 "temporal_sdpa": stream.ops.sdpa,
                 "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
+                "mimi_conv_values": stream.conv_values(),
                 "clock_followers": stream.clock_followers,
                 "sampling": {
                     "temp": lm_gen.temp,

@@ -174,6 +174,17 @@ class MoshiStream:
             for region, module in parts.items()
         }
 
+    def conv_values(self) -> int:
+        """The values Mimi's streaming convolutions keep between frames (region ``mimi_conv``):
+        each convolution's last ``kernel - stride`` input samples (``previous``) and each
+        transposed one's overlap (``partial``), encoder and decoder."""
+        return sum(
+            tail.numel()
+            for m in self.ops.mimi.modules()
+            for name in ("previous", "partial")
+            if isinstance(tail := getattr(getattr(m, "_streaming_state", None), name, None), Tensor)
+        )
+
     def close(self) -> None:
         """Stop streaming (the models can stream again, e.g. under another stream); the stream
         must not step afterwards."""

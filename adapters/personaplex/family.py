@@ -202,6 +202,7 @@ class PersonaPlexFamily:
                 "role_tokens": len(role.tokens),
                 "temporal_sdpa": stream.ops.sdpa,
                 "rings": {k: sorted(v) for k, v in stream.ring_capacities().items()},
+                "mimi_conv_values": stream.conv_values(),
                 "clock_followers": stream.clock_followers,
             },
             has_text=True,
