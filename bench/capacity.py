@@ -188,6 +188,17 @@ class MoshiSession:
     def __init__(self, loaded: Any) -> None:
         self.loaded, self.model = loaded, loaded.model
 
+    def owned_bytes(self) -> int:
+        """Bytes of every tensor the session's streaming states hold (its twins' and the
+        generator's: rings, convolution tails, positions, the delay cache), each storage once,
+        before the allocator's rounding (512-byte blocks)."""
+        ops = self.model.stream.ops
+        storages: dict[int, int] = {}
+        for root in (ops.lm_gen, ops.lm, ops.mimi):
+            for module in root.modules() if isinstance(root, torch.nn.Module) else (root,):
+                _storages(getattr(module, "_streaming_state", None), storages)
+        return sum(storages.values())
+
     def step(self, payload: tuple[bool, np.ndarray]) -> str:
         reset, mic = payload
         if reset:
@@ -380,10 +391,28 @@ def multiplexed(
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
 
 
+def _storages(state: Any, into: dict[int, int]) -> None:
+    """Every tensor storage reachable from a ``moshi`` streaming state, by address."""
+    if isinstance(state, torch.Tensor):
+        into[state.untyped_storage().data_ptr()] = state.untyped_storage().nbytes()
+    elif isinstance(state, list | tuple):
+        for item in state:
+            _storages(item, into)
+    elif isinstance(state, dict):
+        for item in state.values():
+            _storages(item, into)
+    elif not isinstance(state, torch.nn.Module) and any(
+        c.__module__.startswith("moshi.") for c in type(state).__mro__
+    ):  # a state, a ring (pinned subclasses of the vendor's included)
+        for item in vars(state).values():
+            _storages(item, into)
+
+
 def _owned(session: Any) -> dict[str, float]:
-    """The MiB of state the session alone holds (Token2Wav on shared bindings)."""
+    """The MiB of state the session alone holds (Token2Wav on shared bindings; Moshi: its
+    streaming states)."""
     owned = getattr(session, "owned_bytes", lambda: None)()
-    return {} if owned is None else {"owned_mib": round(owned / MIB, 1)}
+    return {} if owned is None else {"owned_mib": round(owned / MIB, 3)}
 
 
 def _pools(mux: Multiplexer) -> list[dict[str, Any]]:
