@@ -189,15 +189,10 @@ class MoshiSession:
         self.loaded, self.model = loaded, loaded.model
 
     def owned_bytes(self) -> int:
-        """Bytes of every tensor the session's streaming states hold (its twins' and the
-        generator's: rings, convolution tails, positions, the delay cache), each storage once,
-        before the allocator's rounding (512-byte blocks)."""
-        ops = self.model.stream.ops
-        storages: dict[int, int] = {}
-        for root in (ops.lm_gen, ops.lm, ops.mimi):
-            for module in root.modules() if isinstance(root, torch.nn.Module) else (root,):
-                _storages(getattr(module, "_streaming_state", None), storages)
-        return sum(storages.values())
+        """Bytes of every tensor the session's streaming states hold (rings, convolution tails,
+        positions and flags, each once: ``MoshiStream.held_bytes``), before the allocator's
+        rounding (512-byte blocks)."""
+        return sum(self.model.stream.held_bytes().values())
 
     def step(self, payload: tuple[bool, np.ndarray]) -> str:
         reset, mic = payload
@@ -389,23 +384,6 @@ def multiplexed(
     exact = check_exact(args, load, mux, sessions, last, device, arm)
     mux.shutdown()
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
-
-
-def _storages(state: Any, into: dict[int, int]) -> None:
-    """Every tensor storage reachable from a ``moshi`` streaming state, by address."""
-    if isinstance(state, torch.Tensor):
-        into[state.untyped_storage().data_ptr()] = state.untyped_storage().nbytes()
-    elif isinstance(state, list | tuple):
-        for item in state:
-            _storages(item, into)
-    elif isinstance(state, dict):
-        for item in state.values():
-            _storages(item, into)
-    elif not isinstance(state, torch.nn.Module) and any(
-        c.__module__.startswith("moshi.") for c in type(state).__mro__
-    ):  # a state, a ring (pinned subclasses of the vendor's included)
-        for item in vars(state).values():
-            _storages(item, into)
 
 
 def _owned(session: Any) -> dict[str, float]:

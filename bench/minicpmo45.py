@@ -396,9 +396,12 @@ class Session:
             torch.cuda.reset_peak_memory_stats()
             start = torch.cuda.memory_allocated()
         n, listening = args.settle + args.units + args.listen, args.settle + args.units
-        units = [self.unit(self.talk[k], k >= listening) for k in range(n)]
+        units = [self._logged(label, k, self.unit(self.talk[k], k >= listening)) for k in range(n)]
         self.fresh(arm, args.seed)
-        plain = [self.unit(self.talk[k], k >= listening, clocked=False) for k in range(n)]
+        plain = [
+            self._logged(label, k, self.unit(self.talk[k], k >= listening, clocked=False))
+            for k in range(n)
+        ]
         self.clock.install()
         same = all(
             (a["text"], a["speech"], a["pcm"]) == (b["text"], b["speech"], b["pcm"])
@@ -452,6 +455,12 @@ class Session:
             }
         print(label, json.dumps(figures), file=sys.stderr)
         return {"figures": figures, "units": units}
+
+    @staticmethod
+    def _logged(label: str, k: int, unit: dict[str, Any]) -> dict[str, Any]:
+        """``unit`` after a progress line (a compile peer's first units take minutes)."""
+        print(f"{label} unit {k}: {unit['seconds']:.3f} s", file=sys.stderr, flush=True)
+        return unit
 
     def fresh(self, arm: Arm, seed: int) -> list[dict[str, Any]]:
         """A new conversation under ``arm`` from the same state as every other, re-seeded (the
@@ -592,11 +601,13 @@ def vendor_compile(session: Session) -> Iterator[None]:
     model.llm.model = torch.compile(llm, mode="default", dynamic=True)
     model.tts.model = torch.compile(tts, mode="default", dynamic=True)
     torch.set_float32_matmul_precision("high")
+    torch._logging.set_logs(recompiles=True)  # each recompile and its reason, in the log
     try:
         yield
     finally:
         model.llm.model, model.tts.model = llm, tts
         torch.set_float32_matmul_precision(precision)
+        torch._logging.set_logs(recompiles=False)
 
 
 class StaticFeed:

@@ -159,10 +159,10 @@ def test_runs_in_separate_processes_agree() -> None:
     assert len({json.loads(run.stdout)["digest"] for run in runs}) == 1
 
 
-def test_a_codec_over_the_declared_convolution_tails_is_refused() -> None:
-    """Mimi's convolution tails are a declared region (``mimi_conv``): the small codec keeps
-    exactly the small point's count, and a codec keeping more than the declaration's bound is
-    refused at open with the fix."""
+def test_streams_over_their_declared_tails_or_positions_are_refused() -> None:
+    """Mimi's convolution tails and the streams' positions and flags are declared regions
+    (``mimi_conv``, ``positions``): the small streams hold exactly the small point's counts,
+    and streams holding more than the declaration's bound are refused at open with the fix."""
     from adapters.face import FamilyError
     from adapters.moshi.config import size_for
     from adapters.moshi.periods import check_rings
@@ -171,6 +171,9 @@ def test_a_codec_over_the_declared_convolution_tails_is_refused() -> None:
     stream, _ = make_stream(Arm.EAGER)
     values = size_for("small", DECLARATION).point
     assert stream.conv_values() == values["mimi_conv_values"]
+    assert stream.held_bytes()["positions"] == values["position_bytes"]
     check_rings(stream, values, "moshi")
     with pytest.raises(FamilyError, match=r"over moshi\.yaml's bound mimi_conv_values=3,029"):
         check_rings(stream, values | {"mimi_conv_values": 3029}, "moshi")
+    with pytest.raises(FamilyError, match=r"736 bytes .* over moshi\.yaml's bound position_bytes"):
+        check_rings(stream, values | {"position_bytes": 735}, "moshi")

@@ -424,8 +424,8 @@ def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -
 def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
     """The state a Moshi session declares (what admission and the capacity bench compare its
     memory with) counts every ring it holds: the temporal transformer's, the depformer's and
-    Mimi's, and Mimi's convolution tails, element for element (the CPU's LM rings are float32
-    where CUDA's are bf16)."""
+    Mimi's, Mimi's convolution tails and the streams' positions and flags, element for element
+    (the CPU's LM rings are float32 where CUDA's are bf16)."""
     from adapters.moshi.config import state_bytes
     from engine.plan import make_plan
 
@@ -450,6 +450,7 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
         for tail in vars(state).values()
         if isinstance(tail, torch.Tensor) and tail.dim() == 3  # (batch, channels, samples)
     )
+    held["positions"] = stream.held_bytes()["positions"]  # bytes: its dims count bytes
     plan = make_plan(source.declaration, source.size.point)
     assert held == {r.name: math.prod(r.demand_shape) for r in plan.regions}
     declared = sum(

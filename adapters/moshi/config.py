@@ -68,6 +68,7 @@ SMALL_POINT = {
     "mimi_heads": 2,
     "mimi_head_dim": 32,
     "mimi_conv_values": 3030,  # the small codec's (SMALL_MIMI's filters and width)
+    "position_bytes": 736,  # the small streams' counters and flags
 }
 #: The small LM's arguments the declaration does not state (feed-forward widths).
 SMALL_LM = {"hidden_scale": 2, "depformer_dim_feedforward": 64}

@@ -33,9 +33,10 @@ VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
 
 
 def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
-    """The state rule: every ring holds exactly what the declaration bounds, and Mimi's
+    """The state rule: every ring holds exactly what the declaration bounds; Mimi's
     convolutions keep at most the tails it declares (``mimi_conv_values``, the released codec's;
-    a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared)."""
+    a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared), and the
+    streams' counters and flags take at most its ``position_bytes``."""
     declared = {
         "lm_kv": values["main_capacity"],
         "depformer_kv": values["depformer_capacity"],
@@ -53,6 +54,13 @@ def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -
         raise FamilyError(
             f"the model's Mimi convolutions keep {held:,} values between frames, over "
             f"{declaration}.yaml's bound mimi_conv_values={values['mimi_conv_values']:,}: "
+            "declare the checkpoint's value",
+            "checkpoint",
+        )
+    if (held := stream.held_bytes()["positions"]) > values["position_bytes"]:
+        raise FamilyError(
+            f"the model's streams keep {held:,} bytes of positions and flags, over "
+            f"{declaration}.yaml's bound position_bytes={values['position_bytes']:,}: "
             "declare the checkpoint's value",
             "checkpoint",
         )

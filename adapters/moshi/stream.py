@@ -56,6 +56,8 @@ from engine.signature import Catalog, Signature, TensorSpec
 __all__ = ["FrameOut", "MoshiStream", "PromptPhase"]
 
 OPS = ("mimi_encode", "lm_step", "depformer_step", "mimi_decode")
+CONV_TAILS = ("previous", "partial")
+"""What ``moshi``'s streaming convolutions keep between calls (their states' attributes)."""
 
 
 class PromptPhase(Protocol):
@@ -181,9 +183,27 @@ class MoshiStream:
         return sum(
             tail.numel()
             for m in self.ops.mimi.modules()
-            for name in ("previous", "partial")
+            for name in CONV_TAILS
             if isinstance(tail := getattr(getattr(m, "_streaming_state", None), name, None), Tensor)
         )
+
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes the streaming states hold, each tensor once, by what the declaration calls
+        them: ``rings`` (every ring's cache), ``mimi_conv`` (Mimi's convolution tails) and
+        ``positions``: the rest (the clocks' offsets and ring ends, the transformers' offsets,
+        execution masks, the convolutions' first-frame flags, the delay cache and its first
+        column)."""
+        held: dict[int, tuple[str, Tensor]] = {}
+        for state in self._states:
+            for name, value in vars(state).items():
+                for t in _state_tensors(value):
+                    ring = t is getattr(value, "cache", None)
+                    kind = "rings" if ring else "mimi_conv" if name in CONV_TAILS else "positions"
+                    held[id(t)] = (kind, t)
+        out = dict.fromkeys(("rings", "mimi_conv", "positions"), 0)
+        for kind, t in held.values():
+            out[kind] += t.numel() * t.element_size()
+        return out
 
     def close(self) -> None:
         """Stop streaming (the models can stream again, e.g. under another stream); the stream
