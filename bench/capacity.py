@@ -553,6 +553,7 @@ def child(args: argparse.Namespace, load: Any, device: torch.device) -> None:
         session, _, _ = load.open(args.seed, arm, rng)
     payloads = load.payloads(args.seed, args.periods)
     used, _ = _memory(device)
+    reserved = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
     Path(args.child, "ready").with_suffix(f".{args.seed}").write_text("1")
     go = Path(args.child, "go")
     while not go.exists():
@@ -570,7 +571,14 @@ def child(args: argparse.Namespace, load: Any, device: torch.device) -> None:
             rows.append((due, t, time.time()))
     lat = [f - d for d, _, f in rows]
     late = sum(f > d + load.period_s for d, _, f in rows)
-    out = {"latency_s": lat, "late": late, "process_device_mib": round(used / MIB)}
+    # the device's memory in use by every process when this one was ready, and what this
+    # process's allocator holds (weights, state, graphs; its CUDA context not counted)
+    out = {
+        "latency_s": lat,
+        "late": late,
+        "process_device_mib": round(used / MIB),
+        "process_reserved_mib": round(reserved / MIB),
+    }
     Path(args.child, f"result.{args.seed}.json").write_text(json.dumps(out))
 
 
@@ -611,6 +619,7 @@ def baseline(args: argparse.Namespace, load_key: str, save: Save) -> dict[str, A
                 "latency_p99_ms": round(float(np.quantile(lat, 0.99)), 2),
                 "late": int(late),
                 "process_device_mib": [r["process_device_mib"] for r in results],
+                "process_reserved_mib": [r.get("process_reserved_mib") for r in results],
                 "held": late == 0 and len(results) == n,
             }
         levels.append(row)

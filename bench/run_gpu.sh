@@ -13,8 +13,8 @@
 #                               loading its own 17 GB; in turn on one GPU. Needs .vendor/minicpmo45
 #                               (bench/kit.sh)
 #   DUPLEXCADENCE_BENCH=capacity-t2w  bench/capacity.py for Token2Wav, 16/32/48/64 sessions on
-#                               shared bindings, then their GPU tests (at most 7.2 minutes,
-#                               ~3.5 expected)
+#                               shared bindings, its one-process-per-session baseline, then
+#                               their GPU tests (at most 9.7 minutes, ~5 expected)
 #   DUPLEXCADENCE_BENCH=capacity-moshi  bench/capacity.py for Moshi (4 and 6 lanes), its
 #                               one-process-per-session baseline, the multiplexer's gpu tests
 #                               (at most 7.5 minutes, ~5 expected; DUPLEXCADENCE_CAP_TESTS=0:
@@ -130,6 +130,9 @@ if [[ "$what" == capacity || "$what" == capacity-t2w ]]; then
     # ~2.5 minutes expected. Then the shared bindings' GPU tests (~1 minute).
     capacity 330 --family synthetic --levels 16 32 48 64 --lanes 8 --voices 4 --periods 8 \
         --budget-s 250
+    # The one-process-per-session baseline: 8, then 16 processes, each loading the weights and
+    # capturing its own graphs (~20 s in parallel), then 8 periods.
+    capacity 150 --family synthetic --baseline --levels 8 16 --periods 8
     timeout 100 python3 -m pytest -m gpu -p no:cacheprovider -q -s tests/gpu/test_multiplex_gpu.py \
         -k shared 2>&1 | grep -v '^rejection\|^capture' > "$out/multiplex_shared_gpu_tests.log"
     ((PIPESTATUS[0] == 0)) || status=1
