@@ -641,6 +641,8 @@ class StaticFeed:
         if self.length + n > self.cache.max_cache_len:
             raise RuntimeError(f"StaticCache peer: {self.length + n} > {self.cache.max_cache_len}")
         run = self.step if n == 1 else self.forward
+        if n == 1:  # a new step: the graph trees may reuse the last step's outputs (copied below)
+            torch.compiler.cudagraph_mark_step_begin()
         # without grad (as HF's generate runs): with autograd on, inductor's CUDA graph trees
         # refuse their fast path ("pending, uninvoked backwards") and nothing is replayed
         with torch.no_grad():
