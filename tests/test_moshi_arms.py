@@ -165,15 +165,15 @@ def test_streams_over_their_declared_tails_or_positions_are_refused() -> None:
     and streams holding more than the declaration's bound are refused at open with the fix."""
     from adapters.face import FamilyError
     from adapters.moshi.config import size_for
-    from adapters.moshi.periods import check_rings
+    from adapters.moshi.periods import check_regions
     from tests.moshi_small import DECLARATION
 
     stream, _ = make_stream(Arm.EAGER)
     values = size_for("small", DECLARATION).point
     assert stream.conv_values() == values["mimi_conv_values"]
     assert stream.held_bytes()["positions"] == values["position_bytes"]
-    check_rings(stream, values, "moshi")
+    check_regions(stream, values, "moshi")
     with pytest.raises(FamilyError, match=r"over moshi\.yaml's bound mimi_conv_values=3,029"):
-        check_rings(stream, values | {"mimi_conv_values": 3029}, "moshi")
+        check_regions(stream, values | {"mimi_conv_values": 3029}, "moshi")
     with pytest.raises(FamilyError, match=r"736 bytes .* over moshi\.yaml's bound position_bytes"):
-        check_rings(stream, values | {"position_bytes": 735}, "moshi")
+        check_regions(stream, values | {"position_bytes": 735}, "moshi")

@@ -5,7 +5,7 @@ declared ``samples_per_frame`` at the frame clock's sample rate) through Mimi's 
 and Mimi's decoder, the text piece the model said (its inner monologue: what it says, in
 sentencepiece pieces; padding says nothing) and the speech frame. The phase rule is the face's
 (:mod:`adapters.moshi.family`). :func:`warm_up` captures the replay arms' catalogs before
-traffic; :func:`check_rings` holds the rings to the declaration's bounds.
+traffic; :func:`check_regions` holds the rings, tails and positions to the declaration's bounds.
 
 Torch-free at import (the face imports this module; torch loads inside the functions).
 """
@@ -26,13 +26,13 @@ if TYPE_CHECKING:
     from engine.duplex import PeriodStep, SpanFactory
     from engine.replay import ReplayEngine
 
-__all__ = ["AUDIBLE_PEAK", "VOICE_RMS", "MoshiPeriods", "check_rings", "warm_up"]
+__all__ = ["AUDIBLE_PEAK", "VOICE_RMS", "MoshiPeriods", "check_regions", "warm_up"]
 
 AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
 VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
 
 
-def check_rings(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
+def check_regions(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
     """The state rule: every ring holds exactly what the declaration bounds; Mimi's
     convolutions keep at most the tails it declares (``mimi_conv_values``, the released codec's;
     a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared), and the

@@ -22,7 +22,7 @@ import torch
 from adapters.face import EagerGuard, LoadedModel, Progress
 from adapters.moshi.checkpoint import MoshiModels
 from adapters.moshi.config import MoshiSize, state_bytes
-from adapters.moshi.periods import MoshiPeriods, check_rings, warm_up
+from adapters.moshi.periods import MoshiPeriods, check_regions, warm_up
 from engine.arms import Arm
 from engine.contract import Declaration
 
@@ -129,7 +129,7 @@ class MoshiSessions:
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
         )
-        check_rings(stream, values, self.declaration.name)
+        check_regions(stream, values, self.declaration.name)
         report("loading", 1.0)
         warmup = warm_up(stream, replay, seed=seed, report=report, only_own_arm=only_own_arm)
         warmup["build_s"] = round(self.build_s, 3)

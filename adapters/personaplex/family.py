@@ -106,7 +106,7 @@ class PersonaPlexFamily:
 
         from adapters.moshi.checkpoint import build_models
         from adapters.moshi.config import size_for
-        from adapters.moshi.periods import MoshiPeriods, check_rings, warm_up
+        from adapters.moshi.periods import MoshiPeriods, check_regions, warm_up
         from adapters.moshi.stream import MoshiStream
         from adapters.personaplex.checkpoint import load_lm
         from adapters.personaplex.config import lm_kwargs
@@ -173,7 +173,7 @@ class PersonaPlexFamily:
             prompt=prompt,
             name="personaplex",
         )
-        check_rings(stream, values, self.declaration)
+        check_regions(stream, values, self.declaration)
         progress("loading", 1.0)
         warmup = warm_up(stream, replay, seed=request.seed, report=progress)
         warmup["build_s"] = round(build_s, 3)
