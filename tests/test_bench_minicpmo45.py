@@ -1,5 +1,6 @@
 """bench/minicpmo45.py's arithmetic: response latency from the talk's schedule, agreement of
-two runs unit by unit with the first divergence, and where the demo talk's utterances end."""
+two runs unit by unit with the first divergence, and where the demo talk's utterances end; its
+stage clock puts back exactly what it wrapped."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.minicpmo45 import agreement, response_latency, speech_ends
+from bench.minicpmo45 import StageClock, agreement, response_latency, speech_ends
 
 
 def unit(text: list[int], speech: list[int], pcm: bytes = b"\x00") -> dict[str, Any]:
@@ -40,3 +41,46 @@ def test_speech_ends_follow_the_demo_schedule() -> None:
     assert ends == sorted(ends) and len(ends) >= 3
     assert 0.5 < ends[0] < 5 and ends[-1] < 40
     assert speech_ends(40, seed=0) == ends != speech_ends(40, seed=1)
+
+
+def test_the_stage_clock_puts_back_what_it_wrapped_even_after_a_switch() -> None:
+    """The unclocked pass runs the code that was there: a class's method again where the
+    duplex object had none of its own, the instance's own function where it had one (the
+    family's rules), and what a switch installed over a wrapper, wrapped in turn, is kept."""
+
+    class Part:
+        def feed(self) -> str:
+            return "class"
+
+    class Duplex:
+        def __init__(self) -> None:
+            self.model = Part()
+            self.model.tts = Part()
+            self.decoder = Part()
+
+        def streaming_prefill(self) -> str:
+            return "prefill"
+
+        def streaming_generate(self) -> str:
+            return "generate"
+
+    duplex = Duplex()
+    duplex.model.get_audio_embedding_streaming = lambda: "audio"
+    duplex.model.tts.generate_chunk = lambda: "tts"
+    rules_feed = lambda: "rules"  # noqa: E731 (an instance's own function, as the rules install)
+    duplex.decoder.feed = rules_feed
+    duplex.decoder.decode = lambda: "decode"
+    clock = StageClock(duplex, cuda=False)
+    clock.install()
+    clock.install()  # idempotent
+    assert duplex.decoder.feed() == "rules" and duplex.decoder.feed is not rules_feed
+    switched = lambda: "switched"  # noqa: E731 (another arm's code, over the wrapper)
+    duplex.decoder.feed = switched
+    clock.install()
+    assert duplex.decoder.feed() == "switched" and clock.take()["llm_prefill"] > 0.0
+    clock.uninstall()
+    assert duplex.decoder.feed is switched
+    assert "streaming_prefill" not in vars(duplex) and duplex.streaming_prefill() == "prefill"
+    assert duplex.model.tts.generate_chunk() == "tts" and duplex.decoder.decode() == "decode"
+    clock.uninstall()  # nothing left to put back
+    assert duplex.decoder.feed is switched
