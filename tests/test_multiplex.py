@@ -462,6 +462,51 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
     loaded.close()
 
 
+@pytest.mark.parametrize("name", ["moshi", "personaplex"])
+def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> None:
+    """At the released shapes (the vendor's 7B and Mimi, built on the meta device: shapes
+    without memory), every tensor a stream's states hold is a declared region's, to the byte:
+    the rings, Mimi's convolution tails (``mimi_conv_values``) and the positions and flags
+    (``position_bytes``) the declaration states. A ``moshi`` release that changes any of them
+    fails here, not on the GPU when a session opens."""
+    from moshi.models import loaders
+    from moshi.models.lm import LMGen, LMModel
+
+    from adapters.moshi.config import size_for, state_bytes
+    from adapters.moshi.periods import check_regions
+    from adapters.moshi.stream import MoshiStream
+    from adapters.personaplex.config import lm_kwargs
+    from adapters.personaplex.frame import PersonaPlexOps
+    from engine.declaration_io import load_declaration
+    from engine.replay import ReplayEngine
+
+    declaration = load_declaration(name)
+    size = size_for("full", declaration)
+    kwargs = (
+        lm_kwargs(size, loaders._lm_kwargs)
+        if name == "personaplex"
+        else size.lm_kwargs(loaders._lm_kwargs, None)
+    )
+    with torch.device("meta"):
+        lm = LMModel(device="meta", dtype=torch.bfloat16, **kwargs).eval()
+    mimi_config = size.mimi_config(loaders._mimi_config, None)
+    mimi = loaders.get_mimi(None, mimi_config, device="meta", num_codebooks=size.point["audio_q"])
+    stream = MoshiStream(
+        mimi.eval(),
+        LMGen(lm),
+        replay=ReplayEngine(CPU),
+        arm=Arm.EAGER,
+        samples_per_frame=size.point["samples_per_frame"],
+        sdpa="default",
+        **({"ops": PersonaPlexOps} if name == "personaplex" else {}),
+    )
+    check_regions(stream, size.point, name)
+    held = stream.held_bytes()
+    assert held["positions"] == size.point["position_bytes"]
+    assert stream.conv_values() == size.point["mimi_conv_values"]
+    assert sum(held.values()) == state_bytes(declaration, size)
+
+
 def test_moshi_sessions_share_mimis_codebooks() -> None:
     """Mimi's codebooks (made on first use by ``moshi``) are made once on the weights: a
     session's twin uses them in place, so a session holds no codebook of its own (16 MiB each
