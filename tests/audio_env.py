@@ -20,7 +20,9 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +119,46 @@ def play_to_mic(wav: Path, audio: AudioEnv) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+# A process of its own naps 5 ms at a time, real-time where the machine allows it, until its
+# stdin closes, then prints the longest it overslept: a stall of the whole machine (the sound
+# server's real-time threads stop too), which this process's interpreter lock cannot cause.
+_WATCH = """
+import os, select, sys, time
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except (AttributeError, OSError):
+    pass
+worst, last = 0.0, time.monotonic()
+while not select.select([sys.stdin], [], [], 0.005)[0]:
+    now = time.monotonic()
+    worst, last = max(worst, now - last - 0.005), now
+print(worst)
+"""
+
+
+@dataclass
+class Stall:
+    """The longest stall of the machine seen by :func:`machine_stalls`, in seconds."""
+
+    seconds: float = 0.0
+
+
+@contextmanager
+def machine_stalls() -> Iterator[Stall]:
+    """Watch for stalls of the machine itself while the block runs (``Stall.seconds`` once it
+    ends): a real-time loopback glitches when every process stops for a few hundred ms (a
+    host that takes the virtual machine's CPUs away), and that says nothing of our code."""
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    stall = Stall()
+    try:
+        yield stall
+    finally:
+        out, _ = watcher.communicate("", timeout=10)
+        stall.seconds = float(out.strip() or 0.0)
 
 
 @pytest.fixture(scope="session")

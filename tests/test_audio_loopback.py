@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,20 @@ import pytest
 import soundfile
 
 from app.audio import AudioError, DeviceSink, DeviceSource, echo_available, find_device
-from tests.audio_env import AudioEnv, play_to_mic, virtual_audio  # noqa: F401  (the fixture)
+from tests.audio_env import (  # noqa: F401  (the fixture)
+    AudioEnv,
+    machine_stalls,
+    play_to_mic,
+    virtual_audio,
+)
 
 # pytest-timeout as the last line only (every wait here is bounded); the thread method, as a
 # PortAudio call blocked in C never sees the signal method's exception.
 pytestmark = [pytest.mark.audio, pytest.mark.timeout(120, method="thread")]
 
 IN_RATE, OUT_RATE, TONE_HZ = 16000, 24000, 1000.0
+STALL_S = 0.1  # the machine stalled this long: the loopback measured nothing of ours
+ATTEMPTS = 3
 
 
 def tone(seconds: float, freq: float = TONE_HZ, amp: float = 0.3, start: int = 0) -> np.ndarray:
@@ -44,21 +52,48 @@ def tone_purity(x: np.ndarray, freq: float = TONE_HZ) -> float:
     return float(power[np.abs(hz - freq) <= 20].sum() / power.sum())
 
 
-@pytest.fixture
-def devices(virtual_audio: AudioEnv) -> Iterator[tuple[DeviceSource, DeviceSink]]:  # noqa: F811
-    source = DeviceSource(virtual_audio.input_device, rate=IN_RATE)
-    sink = DeviceSink(virtual_audio.output_device, rate=OUT_RATE, prebuffer_s=0.1)
+@contextmanager
+def _streams(audio: AudioEnv) -> Iterator[tuple[DeviceSource, DeviceSink]]:
+    source = DeviceSource(audio.input_device, rate=IN_RATE)
+    sink = DeviceSink(audio.output_device, rate=OUT_RATE, prebuffer_s=0.1)
     source.start()
     sink.start()
-    yield source, sink
-    sink.close()
-    source.close()
+    try:
+        yield source, sink
+    finally:
+        sink.close()
+        source.close()
 
 
-def test_a_tone_played_for_5_s_comes_back_clean_with_no_xruns(
-    devices: tuple[DeviceSource, DeviceSink],
-) -> None:
-    source, sink = devices
+@pytest.fixture
+def devices(virtual_audio: AudioEnv) -> Iterator[tuple[DeviceSource, DeviceSink]]:  # noqa: F811
+    with _streams(virtual_audio) as pair:
+        yield pair
+
+
+def test_a_tone_played_for_5_s_comes_back_clean_with_no_xruns(virtual_audio: AudioEnv) -> None:  # noqa: F811
+    """Every bound holds on a loopback during which the machine did not stall. One where it
+    did (``machine_stalls``: every process stopped for ``STALL_S`` or more, the sound server's
+    real-time threads too; seen once in CI, a tone's 3 s at purity 0.974 with no xrun on
+    either stream) measured nothing of ours: it is made again on new streams, at most
+    ``ATTEMPTS`` times."""
+    for attempt in range(1, ATTEMPTS + 1):
+        with _streams(virtual_audio) as (source, sink):
+            with machine_stalls() as stall:
+                steady, latency = _tone_loopback(source, sink)
+            if stall.seconds < STALL_S:
+                _check_tone(source, sink, steady, latency)
+                return
+        print(
+            f"\nattempt {attempt}: the machine stalled {stall.seconds * 1e3:.0f} ms (purity "
+            f"{tone_purity(steady):.5f}, source {source.stats}, sink {sink.stats}); again"
+        )
+    pytest.fail(f"the machine stalled {STALL_S} s or more in each of {ATTEMPTS} loopbacks")
+
+
+def _tone_loopback(source: DeviceSource, sink: DeviceSink) -> tuple[np.ndarray, float]:
+    """Five periods of a tone out and back: the 3 s once it is in, and the write-to-capture
+    latency."""
     captured, started = [], time.monotonic()
     first_write = time.monotonic()
     # One period ahead, then the engine's pattern: one period out, one period in. Written only
@@ -75,6 +110,10 @@ def test_a_tone_played_for_5_s_comes_back_clean_with_no_xruns(
     assert loud.size, "nothing came back through the null sink's monitor"
     latency = started + loud[0] / IN_RATE - first_write
     steady = audio[loud[0] + IN_RATE // 10 :][: 3 * IN_RATE]  # 3 s once the tone is in
+    return steady, latency
+
+
+def _check_tone(source: DeviceSource, sink: DeviceSink, steady: np.ndarray, latency: float) -> None:
     print(
         f"\nloopback 5 s: source {source.stats}\n  sink {sink.stats}\n"
         f"  write->capture latency ~{latency * 1000:.0f} ms, "
