@@ -180,12 +180,7 @@ class MoshiStream:
         """The values Mimi's streaming convolutions keep between frames (region ``mimi_conv``):
         each convolution's last ``kernel - stride`` input samples (``previous``) and each
         transposed one's overlap (``partial``), encoder and decoder."""
-        return sum(
-            tail.numel()
-            for m in self.ops.mimi.modules()
-            for name in CONV_TAILS
-            if isinstance(tail := getattr(getattr(m, "_streaming_state", None), name, None), Tensor)
-        )
+        return sum(t.numel() for t in self._held()["mimi_conv"])
 
     def held_bytes(self) -> dict[str, int]:
         """Bytes the streaming states hold, each tensor once, by what the declaration calls
@@ -193,17 +188,24 @@ class MoshiStream:
         ``positions``: the rest (the clocks' offsets and ring ends, the transformers' offsets,
         execution masks, the convolutions' first-frame flags, the delay cache and its first
         column)."""
-        held: dict[int, tuple[str, Tensor]] = {}
+        return {
+            kind: sum(t.numel() * t.element_size() for t in tensors)
+            for kind, tensors in self._held().items()
+        }
+
+    def _held(self) -> dict[str, list[Tensor]]:
+        """Every tensor of the streaming states, each once, by :meth:`held_bytes`'s kinds."""
+        kinds: dict[int, tuple[str, Tensor]] = {}
         for state in self._states:
             for name, value in vars(state).items():
                 for t in _state_tensors(value):
                     ring = t is getattr(value, "cache", None)
                     kind = "rings" if ring else "mimi_conv" if name in CONV_TAILS else "positions"
-                    held[id(t)] = (kind, t)
-        out = dict.fromkeys(("rings", "mimi_conv", "positions"), 0)
-        for kind, t in held.values():
-            out[kind] += t.numel() * t.element_size()
-        return out
+                    kinds[id(t)] = (kind, t)
+        held: dict[str, list[Tensor]] = {"rings": [], "mimi_conv": [], "positions": []}
+        for kind, t in kinds.values():
+            held[kind].append(t)
+        return held
 
     def close(self) -> None:
         """Stop streaming (the models can stream again, e.g. under another stream); the stream
