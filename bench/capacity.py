@@ -189,9 +189,9 @@ class MoshiSession:
         self.loaded, self.model = loaded, loaded.model
 
     def owned_bytes(self) -> int:
-        """Bytes of every tensor the session's streaming states hold (rings, convolution tails,
-        positions and flags, each once: ``MoshiStream.held_bytes``), before the allocator's
-        rounding (512-byte blocks)."""
+        """Bytes of every tensor the session's stream keeps (rings, convolution tails,
+        positions, flags and small constants, the frame's regions, each once:
+        ``MoshiStream.held_bytes``), before the allocator's rounding (512-byte blocks)."""
         return sum(self.model.stream.held_bytes().values())
 
     def step(self, payload: tuple[bool, np.ndarray]) -> str:

@@ -159,10 +159,11 @@ def test_runs_in_separate_processes_agree() -> None:
     assert len({json.loads(run.stdout)["digest"] for run in runs}) == 1
 
 
-def test_streams_over_their_declared_tails_or_positions_are_refused() -> None:
-    """Mimi's convolution tails and the streams' positions and flags are declared regions
-    (``mimi_conv``, ``positions``): the small streams hold exactly the small point's counts,
-    and streams holding more than the declaration's bound are refused at open with the fix."""
+def test_streams_over_their_declared_tails_positions_or_frame_are_refused() -> None:
+    """Mimi's convolution tails, the streams' positions and flags and the frame's own tensors
+    are declared regions (``mimi_conv``, ``positions``, ``frame_*``): the small streams hold
+    exactly the small point's counts, and streams holding more than the declaration's bound, or
+    a wider frame, are refused at open with the fix."""
     from adapters.face import FamilyError
     from adapters.moshi.config import size_for
     from adapters.moshi.periods import check_regions
@@ -172,8 +173,12 @@ def test_streams_over_their_declared_tails_or_positions_are_refused() -> None:
     values = size_for("small", DECLARATION).point
     assert stream.conv_values() == values["mimi_conv_values"]
     assert stream.held_bytes()["positions"] == values["position_bytes"]
-    check_regions(stream, values, "moshi")
+    check_regions(stream, DECLARATION, values)
     with pytest.raises(FamilyError, match=r"over moshi\.yaml's bound mimi_conv_values=3,029"):
-        check_regions(stream, values | {"mimi_conv_values": 3029}, "moshi")
-    with pytest.raises(FamilyError, match=r"736 bytes .* over moshi\.yaml's bound position_bytes"):
-        check_regions(stream, values | {"position_bytes": 735}, "moshi")
+        check_regions(stream, DECLARATION, values | {"mimi_conv_values": 3029})
+    with pytest.raises(FamilyError, match=r"872 bytes .* over moshi\.yaml's bound position_bytes"):
+        check_regions(stream, DECLARATION, values | {"position_bytes": 871})
+    with pytest.raises(
+        FamilyError, match=r"frame_audio holds 3,840 values a frame, over moshi\.yaml's 3,838"
+    ):
+        check_regions(stream, DECLARATION, values | {"samples_per_frame": 1919})

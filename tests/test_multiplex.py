@@ -451,6 +451,7 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
         if isinstance(tail, torch.Tensor) and tail.dim() == 3  # (batch, channels, samples)
     )
     held["positions"] = stream.held_bytes()["positions"]  # bytes: its dims count bytes
+    held |= {r: sum(t.numel() for t in ts) for r, ts in stream.regions.declared().items()}
     plan = make_plan(source.declaration, source.size.point)
     assert held == {r.name: math.prod(r.demand_shape) for r in plan.regions}
     declared = sum(
@@ -465,10 +466,12 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
 @pytest.mark.parametrize("name", ["moshi", "personaplex"])
 def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> None:
     """At the released shapes (the vendor's 7B and Mimi, built on the meta device: shapes
-    without memory), every tensor a stream's states hold is a declared region's, to the byte:
-    the rings, Mimi's convolution tails (``mimi_conv_values``) and the positions and flags
-    (``position_bytes``) the declaration states. A ``moshi`` release that changes any of them
-    fails here, not on the GPU when a session opens."""
+    without memory), every tensor a stream keeps is a declared region's, to the byte: the
+    rings, Mimi's convolution tails (``mimi_conv_values``), the positions, flags and small
+    constants (``position_bytes``) and the frame's own tensors (``frame_*``). Every storage the
+    stream made and still holds (the garbage collector's view, whoever holds it) is counted, so
+    a tensor no region declares fails here, as does a ``moshi`` release that changes any of
+    them, and not on the GPU when a session opens."""
     from moshi.models import loaders
     from moshi.models.lm import LMGen, LMModel
 
@@ -491,6 +494,7 @@ def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> No
         lm = LMModel(device="meta", dtype=torch.bfloat16, **kwargs).eval()
     mimi_config = size.mimi_config(loaders._mimi_config, None)
     mimi = loaders.get_mimi(None, mimi_config, device="meta", num_codebooks=size.point["audio_q"])
+    before = _live_storages()
     stream = MoshiStream(
         mimi.eval(),
         LMGen(lm),
@@ -500,11 +504,24 @@ def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> No
         sdpa="default",
         **({"ops": PersonaPlexOps} if name == "personaplex" else {}),
     )
-    check_regions(stream, size.point, name)
+    check_regions(stream, declaration, size.point)
     held = stream.held_bytes()
     assert held["positions"] == size.point["position_bytes"]
     assert stream.conv_values() == size.point["mimi_conv_values"]
     assert sum(held.values()) == state_bytes(declaration, size)
+    made = {k: n for k, n in _live_storages().items() if k not in before}
+    kept = {t.untyped_storage()._cdata for ts in stream._held().values() for t in ts}
+    assert set(made) == kept
+    assert sum(made.values()) == sum(held.values())
+
+
+def _live_storages() -> dict[int, int]:
+    """Every meta tensor's storage alive now (the garbage collector's view; the meta device,
+    where nothing else in the process makes tensors): its bytes by identity."""
+    gc.collect()
+    tensors = (o for o in gc.get_objects() if issubclass(type(o), torch.Tensor))
+    storages = (t.untyped_storage() for t in tensors if t.device.type == "meta")
+    return {s._cdata: s.nbytes() for s in storages}
 
 
 def test_moshi_sessions_share_mimis_codebooks() -> None:

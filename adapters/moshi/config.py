@@ -68,8 +68,10 @@ SMALL_POINT = {
     "mimi_heads": 2,
     "mimi_head_dim": 32,
     "mimi_conv_values": 3030,  # the small codec's (SMALL_MIMI's filters and width)
-    "position_bytes": 736,  # the small streams' counters and flags
 }
+#: The small streams' counters, flags and small constants (``position_bytes``), by declaration:
+#: PersonaPlex's step keeps its own delay cache and constants beside Moshi's.
+SMALL_POSITION_BYTES = {"moshi": 872, "personaplex": 1781}
 #: The small LM's arguments the declaration does not state (feed-forward widths).
 SMALL_LM = {"hidden_scale": 2, "depformer_dim_feedforward": 64}
 #: The small Mimi's SEANet and quantizer widths (its frame, ratios and codebooks are the 7B's).
@@ -306,7 +308,12 @@ def size_for(name: str, declaration: Declaration) -> MoshiSize:
     """The size ``name`` (``full`` or ``small``) over the declaration's operating point."""
     if name not in SIZES:
         raise CheckpointError(f"model size {name!r}: expected one of {', '.join(SIZES)}")
-    return MoshiSize(name, declaration.values(SMALL_POINT if name == "small" else None))
+    if name == "full":
+        return MoshiSize(name, declaration.values(None))
+    small = dict(SMALL_POINT)
+    if declaration.name in SMALL_POSITION_BYTES:
+        small["position_bytes"] = SMALL_POSITION_BYTES[declaration.name]
+    return MoshiSize(name, declaration.values(small))
 
 
 def state_bytes(declaration: Declaration, size: MoshiSize) -> int:

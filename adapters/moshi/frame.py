@@ -195,6 +195,12 @@ class FrameOps:
         """Tensors the operators write beside the vendor's streaming states (none here)."""
         return ()
 
+    def kept(self) -> tuple[Tensor, ...]:
+        """Every tensor a session keeps beside the vendor's streaming states and the frame's
+        regions (declared with the positions): what :meth:`state_tensors` writes, and the
+        device copy of the delays the vendor's ``LMGen`` makes for itself."""
+        return (self.lm_gen.delays_cuda, *self.state_tensors())
+
     def _attention(self) -> Any:
         if self.sdpa == "default":
             return ExitStack()

@@ -5,13 +5,15 @@ declared ``samples_per_frame`` at the frame clock's sample rate) through Mimi's 
 and Mimi's decoder, the text piece the model said (its inner monologue: what it says, in
 sentencepiece pieces; padding says nothing) and the speech frame. The phase rule is the face's
 (:mod:`adapters.moshi.family`). :func:`warm_up` captures the replay arms' catalogs before
-traffic; :func:`check_regions` holds the rings, tails and positions to the declaration's bounds.
+traffic; :func:`check_regions` holds the rings, tails, positions and the frame's regions to the
+declaration.
 
 Torch-free at import (the face imports this module; torch loads inside the functions).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from adapters.moshi.checkpoint import Vocabulary
     from adapters.moshi.stream import MoshiStream
     from engine.arms import Arm
+    from engine.contract import Declaration
     from engine.duplex import PeriodStep, SpanFactory
     from engine.replay import ReplayEngine
 
@@ -32,11 +35,15 @@ AUDIBLE_PEAK = 1e-2  # -40 dBFS: a speech frame quieter than this is silence
 VOICE_RMS = 0.05  # microphone RMS read as certain voice (voice_prob 1)
 
 
-def check_regions(stream: MoshiStream, values: dict[str, int], declaration: str) -> None:
+def check_regions(stream: MoshiStream, declaration: Declaration, values: dict[str, int]) -> None:
     """The state rule: every ring holds exactly what the declaration bounds; Mimi's
     convolutions keep at most the tails it declares (``mimi_conv_values``, the released codec's;
-    a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared), and the
-    streams' counters and flags take at most its ``position_bytes``."""
+    a smaller codec keeps fewer, as a checkpoint's layers may be fewer than declared), the
+    streams' counters, flags and small constants take at most its ``position_bytes``, and the
+    frame's regions at most their declared values (a checkpoint's widths may be smaller)."""
+    from engine.plan import make_plan
+
+    name = declaration.name
     declared = {
         "lm_kv": values["main_capacity"],
         "depformer_kv": values["depformer_capacity"],
@@ -46,24 +53,31 @@ def check_regions(stream: MoshiStream, values: dict[str, int], declaration: str)
         if capacities != {declared[region]}:
             raise FamilyError(
                 f"the model's {region} rings hold {sorted(capacities)} entries, but "
-                f"{declaration}.yaml bounds them at {declared[region]}: declare the checkpoint's "
-                "value",
+                f"{name}.yaml bounds them at {declared[region]}: declare the checkpoint's value",
                 "checkpoint",
             )
     if (held := stream.conv_values()) > values["mimi_conv_values"]:
         raise FamilyError(
             f"the model's Mimi convolutions keep {held:,} values between frames, over "
-            f"{declaration}.yaml's bound mimi_conv_values={values['mimi_conv_values']:,}: "
+            f"{name}.yaml's bound mimi_conv_values={values['mimi_conv_values']:,}: "
             "declare the checkpoint's value",
             "checkpoint",
         )
     if (held := stream.held_bytes()["positions"]) > values["position_bytes"]:
         raise FamilyError(
             f"the model's streams keep {held:,} bytes of positions and flags, over "
-            f"{declaration}.yaml's bound position_bytes={values['position_bytes']:,}: "
+            f"{name}.yaml's bound position_bytes={values['position_bytes']:,}: "
             "declare the checkpoint's value",
             "checkpoint",
         )
+    plan = {r.name: math.prod(r.demand_shape) for r in make_plan(declaration, values).regions}
+    for region, tensors in stream.regions.declared().items():
+        if (held := sum(t.numel() for t in tensors)) > plan[region]:
+            raise FamilyError(
+                f"the model's {region} holds {held:,} values a frame, over {name}.yaml's "
+                f"{plan[region]:,}: declare the checkpoint's widths",
+                "checkpoint",
+            )
 
 
 def warm_up(

@@ -129,7 +129,7 @@ class MoshiSessions:
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
         )
-        check_regions(stream, values, self.declaration.name)
+        check_regions(stream, self.declaration, values)
         report("loading", 1.0)
         warmup = warm_up(stream, replay, seed=seed, report=report, only_own_arm=only_own_arm)
         warmup["build_s"] = round(self.build_s, 3)

@@ -183,18 +183,19 @@ class MoshiStream:
         return sum(t.numel() for t in self._held()["mimi_conv"])
 
     def held_bytes(self) -> dict[str, int]:
-        """Bytes the streaming states hold, each tensor once, by what the declaration calls
-        them: ``rings`` (every ring's cache), ``mimi_conv`` (Mimi's convolution tails) and
-        ``positions``: the rest (the clocks' offsets and ring ends, the transformers' offsets,
-        execution masks, the convolutions' first-frame flags, the delay cache and its first
-        column)."""
+        """Bytes the session's stream keeps, each tensor once, by what the declaration calls
+        them: ``rings`` (every ring's cache), ``mimi_conv`` (Mimi's convolution tails),
+        ``positions`` (the rest of the streaming states: the clocks' offsets and ring ends, the
+        transformers' offsets, execution masks, the convolutions' first-frame flags, the delay
+        cache and its first column; and what the operators keep beside them,
+        ``FrameOps.kept``) and the frame's regions (``_Regions.declared``)."""
         return {
             kind: sum(t.numel() * t.element_size() for t in tensors)
             for kind, tensors in self._held().items()
         }
 
     def _held(self) -> dict[str, list[Tensor]]:
-        """Every tensor of the streaming states, each once, by :meth:`held_bytes`'s kinds."""
+        """Every tensor the stream keeps, each once, by :meth:`held_bytes`'s kinds."""
         kinds: dict[int, tuple[str, Tensor]] = {}
         for state in self._states:
             for name, value in vars(state).items():
@@ -202,7 +203,13 @@ class MoshiStream:
                     ring = t is getattr(value, "cache", None)
                     kind = "rings" if ring else "mimi_conv" if name in CONV_TAILS else "positions"
                     kinds[id(t)] = (kind, t)
-        held: dict[str, list[Tensor]] = {"rings": [], "mimi_conv": [], "positions": []}
+        for t in self.ops.kept():
+            kinds.setdefault(id(t), ("positions", t))
+        frame = self.regions.declared()
+        for region, tensors in frame.items():
+            kinds.update((id(t), (region, t)) for t in tensors)
+        held: dict[str, list[Tensor]] = {k: [] for k in ("rings", "mimi_conv", "positions")}
+        held |= {region: [] for region in frame}
         for kind, t in kinds.values():
             held[kind].append(t)
         return held
@@ -363,6 +370,18 @@ class _Regions:
 
     def all(self) -> tuple[Tensor, ...]:
         return (self.mic, self.codes, self.text, self.hidden, self.tokens, self.pcm)
+
+    def declared(self) -> dict[str, tuple[Tensor, ...]]:
+        """The tensors by the declaration's regions, each written by one operator: Mimi's
+        ``frame_audio`` (the microphone's frame, the speech frame) and ``frame_codes``, the
+        temporal step's ``frame_text`` and ``frame_hidden``, the depformer's ``frame_tokens``."""
+        return {
+            "frame_audio": (self.mic, self.pcm),
+            "frame_codes": (self.codes,),
+            "frame_text": (self.text,),
+            "frame_hidden": (self.hidden,),
+            "frame_tokens": (self.tokens,),
+        }
 
 
 def _streaming_states(*modules: Any) -> list[Any]:

@@ -173,7 +173,7 @@ class PersonaPlexFamily:
             prompt=prompt,
             name="personaplex",
         )
-        check_regions(stream, values, self.declaration)
+        check_regions(stream, declaration, values)
         progress("loading", 1.0)
         warmup = warm_up(stream, replay, seed=request.seed, report=progress)
         warmup["build_s"] = round(build_s, 3)

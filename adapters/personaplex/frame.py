@@ -82,6 +82,11 @@ class PersonaPlexOps(FrameOps):
     def state_tensors(self) -> tuple[Tensor, ...]:
         return (self.cache, self.given, self.offset)
 
+    def kept(self) -> tuple[Tensor, ...]:
+        """Moshi's, and the constants the step reads: the delays, the initial tokens and the
+        given mark."""
+        return (*super().kept(), self.delays, self.initial, self._true)
+
     def load_cache(self, cache: Tensor) -> None:
         """A stored voice's delay cache, copied in after its embeddings (as PersonaPlex does)."""
         self.cache.copy_(cache.to(self.cache.device))
