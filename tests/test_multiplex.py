@@ -424,8 +424,9 @@ def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -
 def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
     """The state a Moshi session declares (what admission and the capacity bench compare its
     memory with) counts every ring it holds: the temporal transformer's, the depformer's and
-    Mimi's, Mimi's convolution tails and the streams' positions and flags, element for element
-    (the CPU's LM rings are float32 where CUDA's are bf16)."""
+    Mimi's, Mimi's convolution tails, the streams' positions, flags and small constants and the
+    frame's own tensors, element for element (the CPU's LM rings and hidden state are float32
+    where CUDA's are bf16)."""
     from adapters.moshi.config import state_bytes
     from engine.plan import make_plan
 

@@ -65,7 +65,7 @@ def check_regions(stream: MoshiStream, declaration: Declaration, values: dict[st
         )
     if (held := stream.held_bytes()["positions"]) > values["position_bytes"]:
         raise FamilyError(
-            f"the model's streams keep {held:,} bytes of positions and flags, over "
+            f"the model's streams keep {held:,} bytes of positions, flags and constants, over "
             f"{name}.yaml's bound position_bytes={values['position_bytes']:,}: "
             "declare the checkpoint's value",
             "checkpoint",
