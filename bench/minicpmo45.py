@@ -43,7 +43,10 @@ device limit keeps what it measured); ``extent``, ``exact`` and ``vendor`` are i
    its ``docs/en/compile.md`` configures it (``llm.model`` and ``tts.model`` compiled with
    ``mode="default", dynamic=True``, TF32 matmuls), and HF ``StaticCache`` + ``torch.compile``
    (``mode="reduce-overhead"``) on the LLM's one-token step. Each: the same figures, and token
-   agreement with eager (units equal, the first divergence).
+   agreement with eager (units equal, the first divergence). The last runs only in a process
+   that captures no graph of ours (``--arms eager --peer-arm eager``): inductor's graph trees
+   clear every stream's cuBLAS workspace around each recording, and our graphs keep the
+   workspace address they were captured with.
 
 Response latency (end of the user's speech to first audio) per arm and peer: from the talk's
 schedule, each unit starting when its second of audio is in and the previous unit is done.
@@ -693,7 +696,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units", type=int, default=20, help="counted speaking units per arm")
     parser.add_argument("--listen", type=int, default=5, help="counted listening units per arm")
     parser.add_argument("--settle", type=int, default=2, help="uncounted units after a switch")
-    parser.add_argument("--peers", default="vendor_eager,hf_static_compile,vendor_compile")
+    parser.add_argument(
+        "--peers", default="vendor_eager,vendor_compile",
+        help="of vendor_eager, vendor_compile, hf_static_compile (alone: --arms eager "
+        "--peer-arm eager)",
+    )  # fmt: skip
     parser.add_argument("--peer-arm", default="SRc", help="Token2Wav's arm under the peers")
     parser.add_argument("--peer-units", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
@@ -722,6 +729,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(phases) - set(PHASES):
         parser.error(f"unknown phase {sorted(unknown)}: choose among {','.join(PHASES)}")
     args.arms = [Arm.parse(a) for a in args.arms.split(",")]
+    if "peers" in phases and "hf_static_compile" in args.peers.split(","):
+        ours = {*args.arms, Arm.parse(args.peer_arm)}
+        if "exact" in phases:
+            ours |= {Arm.parse(a) for a in args.exact_arms.split(",")}
+        if ours != {Arm.EAGER}:
+            parser.error(
+                "--peers hf_static_compile runs alone: inductor's CUDA graph trees clear every "
+                "cuBLAS workspace our captured graphs still use (a segmentation fault in "
+                "Token2Wav's replay on the H200); run it as --phases peers --arms eager "
+                "--peer-arm eager --peers hf_static_compile"
+            )
     decoder = args.decoder or ("full" if args.device.startswith("cuda") else "small")
     shm = Path("/dev/shm")
     work = args.work or Path(

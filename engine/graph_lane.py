@@ -26,6 +26,14 @@ graph captured into it lives (the allocator counts them); its free blocks stay w
 the next session's captures. When no graph is left, the next capture opens a fresh pool (a
 capture into a released pool trips an allocator assertion).
 
+One thing the lane shares is not ours to hold: **the stream's cuBLAS workspace**. Every graph
+captured on the stream bakes in its address, and torch frees it when *any* graph captured on
+that stream is destroyed (``CUDAGraph.reset`` calls ``clearCublasWorkspacesForStream``,
+pytorch/pytorch#193402); so do inductor's CUDA graph trees, for every stream, around each of
+their recordings. Closing a session mid-traffic is such a destruction; whether the lane's other
+graphs stay whole after it is what ``tests/gpu/lane_workspace.py`` checks on the GPU. The app
+and the bench close a multiplexer's sessions together, at shutdown.
+
 And **what the lane's stream already ran**: the effect classification of every (operator,
 signature) class a session's probationary call classified on the lane. A later session's
 operator registered with ``lane_probe=True`` (its code is the same function of the shared

@@ -511,6 +511,8 @@ class ReplayEngine:
         binding, cls.binding, cls.warm = cls.binding, None, 0
         if self.cuda and binding is not None and binding.graph is not None:
             # The last replay may still run; its graph and pool memory are freed right after.
+            # Destroying it also frees the side stream's cuBLAS workspace, which this engine's
+            # other graphs were captured with (engine.graph_lane; tests/gpu/lane_workspace.py).
             torch.cuda.current_stream(self.device).synchronize()
         del binding
         cls.invalidations += 1

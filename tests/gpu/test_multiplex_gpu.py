@@ -204,3 +204,25 @@ def test_shared_token2wav_session_memory_is_its_declared_state() -> None:
         assert allocated[k] <= regions + (4 << 20), (allocated, regions)
         assert used[k] <= declared + (4 << 20), (used, declared)
     mux.shutdown()
+
+
+def test_a_session_closed_on_a_lane_leaves_the_others_graphs_whole() -> None:
+    """Closing one session on a lane destroys its graphs, and torch frees the cuBLAS workspace of
+    the stream they were captured on, which the lane's other sessions' graphs were captured with
+    too (pytorch/pytorch#193402). The other sessions' replays must still equal eager and write
+    nothing into memory allocated since, before and after the cache is emptied. Run in a process
+    of its own (``tests/gpu/lane_workspace.py``): a fault there must not take the others down."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.gpu.lane_workspace"],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    record(
+        "lane_workspace_after_close",
+        returncode=run.returncode,
+        stdout=run.stdout[-500:],
+        stderr=run.stderr[-2000:],
+    )
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
