@@ -7,9 +7,8 @@ from __future__ import annotations
 import torch
 
 from adapters.moshi.checkpoint import MoshiModels, build_models
-from adapters.moshi.config import size_for
 from adapters.moshi.stream import MoshiStream
-from adapters.personaplex.config import lm_kwargs
+from adapters.personaplex.config import lm_kwargs, size_for
 from adapters.personaplex.frame import PersonaPlexOps
 from adapters.personaplex.prompt import PersonaPlexPrompt, Voice
 from adapters.personaplex.voice import resolve_role

@@ -162,8 +162,7 @@ def _released_form(lm: torch.nn.Module, steps: int) -> dict[str, torch.Tensor]:
 def test_an_eight_step_depformer_is_widened_as_personaplex_loads_it(tmp_path: Path) -> None:
     from moshi.models import loaders
 
-    from adapters.moshi.config import size_for
-    from adapters.personaplex.config import lm_kwargs
+    from adapters.personaplex.config import lm_kwargs, size_for
 
     lm = models().lm
     path = tmp_path / MOSHI_FILE

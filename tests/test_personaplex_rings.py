@@ -198,7 +198,7 @@ def test_our_mimi_equals_personaplex_own_mimi_past_frame_124() -> None:
     """Its Mimi and ours (our rings, clocked as in our stream) on the same seeded weights and
     input, frame by frame: the encoder transformer's output, the codes, the speech decoded from
     the same codes. With ``moshi``'s own rings both transformers part at frame 124."""
-    from adapters.moshi.config import size_for
+    from adapters.personaplex.config import size_for
     from bench.personaplex_vendor import load_code, their_mimi
     from tests.personaplex_small import DECLARATION, SPF, models
 

@@ -24,6 +24,7 @@ download), is a :class:`DamagedFile`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,10 +69,8 @@ SMALL_POINT = {
     "mimi_heads": 2,
     "mimi_head_dim": 32,
     "mimi_conv_values": 3030,  # the small codec's (SMALL_MIMI's filters and width)
+    "position_bytes": 872,  # the small stream's counters, flags and small constants
 }
-#: The small streams' counters, flags and small constants (``position_bytes``), by declaration:
-#: PersonaPlex's step keeps its own delay cache and constants beside Moshi's.
-SMALL_POSITION_BYTES = {"moshi": 872, "personaplex": 1781}
 #: The small LM's arguments the declaration does not state (feed-forward widths).
 SMALL_LM = {"hidden_scale": 2, "depformer_dim_feedforward": 64}
 #: The small Mimi's SEANet and quantizer widths (its frame, ratios and codebooks are the 7B's).
@@ -304,16 +303,16 @@ def _bounded_sizes(config: dict[str, Any], declared: dict[str, int], source: str
             )
 
 
-def size_for(name: str, declaration: Declaration) -> MoshiSize:
-    """The size ``name`` (``full`` or ``small``) over the declaration's operating point."""
+def size_for(
+    name: str, declaration: Declaration, small_point: Mapping[str, int] = SMALL_POINT
+) -> MoshiSize:
+    """The size ``name`` (``full`` or ``small``) over the declaration's operating point; the
+    small size is ``small_point`` over it (a family built on Moshi's code passes its own)."""
     if name not in SIZES:
         raise CheckpointError(f"model size {name!r}: expected one of {', '.join(SIZES)}")
     if name == "full":
         return MoshiSize(name, declaration.values(None))
-    small = dict(SMALL_POINT)
-    if declaration.name in SMALL_POSITION_BYTES:
-        small["position_bytes"] = SMALL_POSITION_BYTES[declaration.name]
-    return MoshiSize(name, declaration.values(small))
+    return MoshiSize(name, declaration.values(small_point))
 
 
 def state_bytes(declaration: Declaration, size: MoshiSize) -> int:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from adapters.moshi import config as moshi_config
 from adapters.moshi.config import (
     MIMI_FILE,
     MOSHI_FILE,
@@ -28,6 +29,9 @@ from adapters.moshi.config import (
     MoshiSize,
     damaged,
 )
+
+if TYPE_CHECKING:
+    from engine.contract import Declaration
 
 __all__ = [
     "DEFAULT_ROLE",
@@ -42,6 +46,7 @@ __all__ = [
     "delays",
     "lm_kwargs",
     "read_voice_member",
+    "size_for",
 ]
 
 VOICES_TGZ = "voices.tgz"
@@ -68,6 +73,13 @@ ROLES = {
     ),
 }
 DEFAULT_ROLE = "assistant"
+#: Moshi's small point; PersonaPlex's step keeps its own delay cache and constants beside Moshi's.
+SMALL_POINT = {**moshi_config.SMALL_POINT, "position_bytes": 1781}
+
+
+def size_for(name: str, declaration: Declaration) -> MoshiSize:
+    """The size ``name`` (``full`` or ``small``) over PersonaPlex's declaration."""
+    return moshi_config.size_for(name, declaration, SMALL_POINT)
 
 
 @dataclass(frozen=True)

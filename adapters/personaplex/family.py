@@ -80,7 +80,8 @@ class PersonaPlexFamily:
 
     def footprint(self, request: ModelRequest) -> Footprint:
         """The folder; the GPU memory of the full size: rings (declaration), files, workspace."""
-        from adapters.moshi.config import WORKSPACE_BYTES, size_for, state_bytes
+        from adapters.moshi.config import WORKSPACE_BYTES, state_bytes
+        from adapters.personaplex.config import size_for
         from engine.declaration_io import load_declaration
 
         declaration = load_declaration(self.declaration)
@@ -105,11 +106,10 @@ class PersonaPlexFamily:
         from moshi.models.lm import LMGen
 
         from adapters.moshi.checkpoint import build_models
-        from adapters.moshi.config import size_for
         from adapters.moshi.periods import MoshiPeriods, check_regions, warm_up
         from adapters.moshi.stream import MoshiStream
         from adapters.personaplex.checkpoint import load_lm
-        from adapters.personaplex.config import lm_kwargs
+        from adapters.personaplex.config import lm_kwargs, size_for
         from adapters.personaplex.frame import PersonaPlexOps
         from adapters.personaplex.prompt import PersonaPlexPrompt
         from adapters.personaplex.voice import resolve_role, resolve_voice
