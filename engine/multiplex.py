@@ -3,7 +3,7 @@ share one accelerator").
 
 ::
 
-    mux = Multiplexer(torch.device("cuda"), capacity=Capacity(sessions=10, lanes=4))
+    mux = Multiplexer(torch.device("cuda"), capacity=Capacity(sessions=8, lanes=4))
     sid = mux.admit(lambda rng: open_session(rng), period_s=0.08, state_bytes=declared)
     mux.submit(sid, mic, due=t)       # a period of input, due at ``t`` (perf_counter seconds)
     done = mux.drain()                # earliest deadline first, each session's periods in order
