@@ -310,9 +310,7 @@ def size_for(
     small size is ``small_point`` over it (a family built on Moshi's code passes its own)."""
     if name not in SIZES:
         raise CheckpointError(f"model size {name!r}: expected one of {', '.join(SIZES)}")
-    if name == "full":
-        return MoshiSize(name, declaration.values(None))
-    return MoshiSize(name, declaration.values(small_point))
+    return MoshiSize(name, declaration.values(small_point if name == "small" else None))
 
 
 def state_bytes(declaration: Declaration, size: MoshiSize) -> int:
