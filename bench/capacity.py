@@ -60,6 +60,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -319,14 +320,7 @@ def multiplexed(
             seed = 1000 + len(sessions)
             used0, alloc0 = _memory(device)
             t0 = time.perf_counter()
-            holder: dict[str, Any] = {}
-
-            def opener(rng: SessionRng, seed: int = seed, holder: dict[str, Any] = holder) -> Any:
-                session, close, info = load.open(seed, arm, rng)
-                holder["session"], holder["info"] = session, info
-                return session.step, close
-
-            sid = mux.admit(opener, seed=seed, period_s=period, state_bytes=0)
+            sid, holder = _admit(mux, load, arm, seed)
             used1, alloc1 = _memory(device)
             sessions[sid] = (seed, holder["session"])
             info = holder["info"]
@@ -378,12 +372,96 @@ def multiplexed(
         last = {
             sid: (work[sid], [d.result for d in ordered if d.session == sid]) for sid in sessions
         }
+        if n == args.open_during and stats["held"]:
+            levels[-1]["opened_during"] = _open_during(mux, load, arm, sessions, work, last, device)
+            print(json.dumps(levels[-1]["opened_during"]), flush=True)
         save(_summary(arm, mux.lanes, period, load, admissions, levels, None))
         if not stats["held"] and not args.keep_going:
             break
     exact = check_exact(args, load, mux, sessions, last, device, arm)
     mux.shutdown()
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
+
+
+def _admit(mux: Multiplexer, load: Any, arm: Arm, seed: int) -> tuple[int, dict[str, Any]]:
+    """Admit session ``seed``; its session object and warm-up record in the returned holder."""
+    holder: dict[str, Any] = {}
+
+    def opener(rng: SessionRng) -> Any:
+        session, close, info = load.open(seed, arm, rng)
+        holder["session"], holder["info"] = session, info
+        return session.step, close
+
+    return mux.admit(opener, seed=seed, period_s=load.period_s, state_bytes=0), holder
+
+
+def _open_during(
+    mux: Multiplexer,
+    load: Any,
+    arm: Arm,
+    sessions: dict[int, tuple[int, Any]],
+    work: dict[int, list[Any]],
+    last: dict[int, tuple[list[Any], list[str]]],
+    device: torch.device,
+) -> dict[str, Any]:
+    """The level's conversations again (reset, the same inputs) while another thread admits one
+    more session a second in and closes it a second after it is open: the periods due while it
+    opened and closed, whether any was late, and whether every conversation said exactly what
+    it said in the level's own run."""
+    period, n = load.period_s, len(sessions)
+    for sid, (_, session) in sessions.items():
+        session.reset()
+        mux.rng(sid).reseed()
+    marks: dict[str, float] = {}
+    failed: list[str] = []
+
+    def visitor() -> None:
+        try:
+            time.sleep(1.0)
+            marks["admit"] = time.perf_counter()
+            sid, _ = _admit(mux, load, arm, 1000 + n + 100)
+            marks["open"] = time.perf_counter()
+            time.sleep(1.0)
+            marks["close"] = time.perf_counter()
+            mux.close(sid)
+            marks["closed"] = time.perf_counter()
+        except Exception as exc:  # said in the result, beside what the others did
+            failed.append(repr(exc))
+
+    thread = threading.Thread(target=visitor, name="capacity-visitor")
+    settle_heap()
+    t0 = time.perf_counter() + 0.2
+    plan = sorted(
+        (t0 + (i / n + k) * period, sid, p)
+        for i, (sid, payloads) in enumerate(work.items())
+        for k, p in enumerate(payloads)
+    )
+    thread.start()
+    done = _paced(mux, plan, device)
+    thread.join()
+    release_heap()
+    ordered = sorted(done, key=lambda d: d.index)
+    equal = sum([d.result for d in ordered if d.session == sid] == last[sid][1] for sid in sessions)
+    spans = {"opening": ("admit", "open"), "closing": ("close", "closed")}
+    out: dict[str, Any] = {
+        "late": sum(d.late for d in done),
+        "periods": len(done),
+        "equal_to_the_level_run": f"{equal} of {n}",
+    }
+    if failed or len(marks) < 4:
+        return out | {"error": failed[0] if failed else "the run ended first", "held": False}
+    out["open_s"] = round(marks["open"] - marks["admit"], 3)
+    out["close_s"] = round(marks["closed"] - marks["close"], 3)
+    for name, (a, b) in spans.items():
+        inside = [d for d in done if marks[a] <= d.due <= marks[b] + period]
+        lat = [d.latency_s * 1e3 for d in inside]
+        out[name] = {
+            "periods_due": len(inside),
+            "late": sum(d.late for d in inside),
+            "latency_max_ms": round(max(lat), 2) if lat else None,
+        }
+    out["held"] = out["late"] == 0 and equal == n
+    return out
 
 
 def _owned(session: Any) -> dict[str, float]:
@@ -672,6 +750,14 @@ def main() -> None:
         help="Token2Wav: one set of bindings per (lane, voice) (default), or per session",
     )
     parser.add_argument("--tiny", action="store_true", help="the small config on the CPU")
+    parser.add_argument(
+        "--open-during",
+        type=int,
+        default=0,
+        metavar="N",
+        help="at the level of N sessions, once held: run it again while one more session "
+        "opens and closes beside it (0: not)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the result's name (another sweep)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)

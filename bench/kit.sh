@@ -64,6 +64,9 @@ download pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 pytest-timeout==2.4.0 hypo
     soxr==1.1.0 soundfile==0.14.0 cffi==2.0.0 pycparser==3.0 packaging==26.2 pyyaml==6.0.3
 # The app's echo cancellation: `converse` checks for it while echo_cancel is on (the default).
 download pywebrtc-audio==0.2.0
+# The basic voice's question set (tests/basic_questions.py imports it: every test module is
+# collected by `pytest -m gpu`, so its imports must resolve there too).
+download jiwer==4.0.0 click==8.5.1 rapidfuzz==3.14.6
 "$py" -m pip wheel -q -w "$whl" --no-deps minicpmo-utils==1.0.7  # a source archive only
 # Moshi (its import reaches the hub client, never the hub).
 download moshi==0.2.13 sentencepiece==0.2.3 safetensors==0.8.0

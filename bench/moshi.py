@@ -25,11 +25,12 @@ weights and graph memory are reported apart.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from adapters.moshi.checkpoint import MoshiModels, build_models
 from adapters.moshi.config import MoshiSize, size_for
 from adapters.moshi.family import warm_up
 from adapters.moshi.frame import vendor_graphs_off
+from adapters.moshi.regions import ring_shapes
 from adapters.moshi.stream import MoshiStream
 from bench.env_info import environment
 from engine.arms import ARMS, Arm
@@ -117,12 +119,19 @@ def exact_frames(outs: list[Frame | None], reference: list[Frame | None]) -> int
     return sum(same(a, b) for a, b in zip(outs, reference, strict=True))
 
 
-def moshi_stream(models: MoshiModels, sdpa: str, replay: ReplayEngine, spf: int) -> MoshiStream:
+def moshi_stream(
+    models: MoshiModels,
+    sdpa: str,
+    replay: ReplayEngine,
+    spf: int,
+    *,
+    rings: Mapping[str, tuple[int, ...]],
+) -> MoshiStream:
     from moshi.models.lm import LMGen
 
     return MoshiStream(
         models.mimi, LMGen(models.lm), replay=replay, arm=Arm.EAGER, samples_per_frame=spf,
-        sdpa=sdpa,
+        sdpa=sdpa, rings=rings,
     )  # fmt: skip
 
 
@@ -131,7 +140,7 @@ def our_arms(
     sdpa: str,
     frames: list[torch.Tensor],
     args: argparse.Namespace,
-    make: Callable[[MoshiModels, str, ReplayEngine, int], MoshiStream] = moshi_stream,
+    make: Callable[[MoshiModels, str, ReplayEngine, int], MoshiStream],
 ) -> tuple[dict[str, Any], list[Frame | None]]:
     """Every arm of our stream (warmed and sealed as the app loads it), eager first. Each arm
     starts with a reset (``reset_ms``: a prompt phase, where the stream has one) and its first
@@ -430,7 +439,8 @@ def main() -> None:
     frames = noise(args.frames, spf, device)
     results: dict[str, Any] = {}
     for name, sdpa in kernel_sets(args.kernels, declaration, device).items():
-        arms, reference = our_arms(models, sdpa, frames, args)
+        make = functools.partial(moshi_stream, rings=ring_shapes(declaration, size.point))
+        arms, reference = our_arms(models, sdpa, frames, args, make=make)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

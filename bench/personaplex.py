@@ -32,6 +32,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from adapters.moshi.checkpoint import MoshiModels, build_models
+from adapters.moshi.regions import ring_shapes
 from adapters.moshi.stream import MoshiStream
 from adapters.personaplex.config import lm_kwargs
 from adapters.personaplex.frame import PersonaPlexOps
@@ -88,7 +89,8 @@ def main() -> None:
         )
         return MoshiStream(
             m.mimi, LMGen(m.lm), replay=replay, arm=Arm.EAGER, samples_per_frame=spf,
-            sdpa=sdpa, ops=PersonaPlexOps, prompt=prompt, name="personaplex",
+            sdpa=sdpa, rings=ring_shapes(declaration, point), ops=PersonaPlexOps, prompt=prompt,
+            name="personaplex",
         )  # fmt: skip
 
     frames = noise(args.frames, spf, device)

@@ -34,6 +34,7 @@ import importlib.util
 import sys
 import time
 import types
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 
 from adapters.moshi.checkpoint import MoshiModels, build_models
 from adapters.moshi.config import MoshiSize
+from adapters.moshi.regions import ring_shapes
 from adapters.moshi.stream import MoshiStream
 from adapters.personaplex.config import lm_kwargs
 from adapters.personaplex.frame import PersonaPlexOps
@@ -212,7 +214,12 @@ def _differs(a: Frame | None, b: Frame | None) -> str | None:
 
 
 def ours_eager(
-    models: MoshiModels, prompt: PersonaPlexPrompt, sdpa: str, frames: list[torch.Tensor], seed: int
+    models: MoshiModels,
+    prompt: PersonaPlexPrompt,
+    sdpa: str,
+    frames: list[torch.Tensor],
+    seed: int,
+    rings: Mapping[str, tuple[int, ...]],
 ) -> tuple[list[Frame | None], dict[str, Any]]:
     """Our eager stream: the prompt phase at its reset, then the frames."""
     from moshi.models.lm import LMGen
@@ -220,8 +227,8 @@ def ours_eager(
     device = frames[0].device
     stream = MoshiStream(
         models.mimi, LMGen(models.lm), replay=ReplayEngine(device, strict=True, poison=True),
-        arm=Arm.EAGER, samples_per_frame=frames[0].shape[-1], sdpa=sdpa, ops=PersonaPlexOps,
-        prompt=prompt, name="personaplex",
+        arm=Arm.EAGER, samples_per_frame=frames[0].shape[-1], sdpa=sdpa, rings=rings,
+        ops=PersonaPlexOps, prompt=prompt, name="personaplex",
     )  # fmt: skip
     try:
         torch.manual_seed(seed)
@@ -380,7 +387,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "frames": args.frames,
         "runs": {},
     }
-    reference, ours = ours_eager(models, prompt, sdpa, frames, args.seed)
+    rings = ring_shapes(declaration, point)
+    reference, ours = ours_eager(models, prompt, sdpa, frames, args.seed, rings)
     report["runs"]["ours_eager"] = {"frames": args.frames, **ours}
     _write(args.out / name, report)
     their_seed = args.seed if args.their_seed is None else args.their_seed

@@ -127,9 +127,10 @@ if [[ "$what" == capacity || "$what" == capacity-t2w ]]; then
     # per lane and voice): load ~11 s; the 8 admissions that capture a set ~6.5 s each, the
     # 56 later ones an allocation (575 MiB) and a copy each, well under 1 s; a level ~9.5 s
     # (8 periods of 1 s); the exact check at 64 (each session alone, two eager) ~45 s.
-    # ~2.5 minutes expected. Then the shared bindings' GPU tests (~1 minute).
-    capacity 330 --family synthetic --levels 16 32 48 64 --lanes 8 --voices 4 --periods 8 \
-        --budget-s 250
+    # ~2.5 minutes expected. At 32, once held, the level again while one more session opens
+    # and closes beside it (~10 s). Then the shared bindings' GPU tests (~1 minute).
+    capacity 345 --family synthetic --levels 16 32 48 64 --lanes 8 --voices 4 --periods 8 \
+        --budget-s 250 --open-during 32
     # The one-process-per-session baseline: 8, then 16 processes, each loading the weights and
     # capturing its own graphs (~20 s in parallel), then 8 periods.
     capacity 150 --family synthetic --baseline --levels 8 16 --periods 8
@@ -140,8 +141,10 @@ fi
 if [[ "$what" == capacity || "$what" == capacity-moshi ]]; then
     # Moshi 4..12 on 4 lanes (~95 s: the first admission 18 s, then ~1 s each, a level 5 s),
     # then 8/10/12 on 6 lanes (10 on 4 lanes: 3 sessions a lane at ~28 ms > 80 ms), the
-    # one-process-per-session baseline (2 and 4 processes), the multiplexer's GPU tests.
-    capacity 100 --family moshi --levels 4 6 8 10 12 --lanes 4 --periods 60 --budget-s 55
+    # one-process-per-session baseline (2 and 4 processes), the multiplexer's GPU tests. At 8,
+    # once held, the level again while a ninth session opens and closes beside it (~8 s).
+    capacity 115 --family moshi --levels 4 6 8 10 12 --lanes 4 --periods 60 --budget-s 65 \
+        --open-during 8
     capacity 100 --family moshi --levels 8 10 12 --lanes 6 --periods 60 --budget-s 55 \
         --tag _lanes6
     capacity 70 --family moshi --baseline --levels 2 4 --periods 60

@@ -10,6 +10,10 @@ CUDA-graph rules encoded here (see ENGINEERING.md and FACTS.md):
   captured callable live in the engine's shared pool.
 - The device generator is snapshotted before capture and restored after, so the first replay
   draws what eager would have drawn at that point (the capture itself draws nothing).
+- Capture is thread-local (``capture_error_mode="thread_local"``): only this thread's calls
+  that a capture forbids fail it, so a multiplexer's other lanes replay on their own streams
+  while a session is opened on one (``engine.graph_lane``: turns). This thread still must not
+  sync or touch the legacy stream while capturing.
 - Python's cyclic garbage collector is off while capturing: a collection there could free an
   older graph held in a reference cycle (a dropped engine), and destroying a graph is not
   permitted while the stream captures (the capture fails). ``torch.cuda.graph`` runs
@@ -113,7 +117,7 @@ def capture_graph(
     gc.disable()  # no collection inside the capture (module docstring)
     with torch.no_grad(), torch.cuda.stream(stream):
         try:
-            graph.capture_begin(pool=pool)
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         except Exception as exc:
             error = exc
         else:
@@ -186,7 +190,7 @@ def _heal_generator(device: torch.device, stream: torch.cuda.Stream) -> None:
     scratch = torch.zeros(1, device=device)
     healer = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        healer.capture_begin()
+        healer.capture_begin(capture_error_mode="thread_local")
         scratch.add_(1)
         healer.capture_end()
     torch.cuda.synchronize(device)

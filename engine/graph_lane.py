@@ -30,9 +30,11 @@ One thing the lane shares is not ours to hold: **the stream's cuBLAS workspace**
 captured on the stream bakes in its address, and torch frees it when *any* graph captured on
 that stream is destroyed (``CUDAGraph.reset`` calls ``clearCublasWorkspacesForStream``,
 pytorch/pytorch#193402); so do inductor's CUDA graph trees, for every stream, around each of
-their recordings. Closing a session mid-traffic is such a destruction; whether the lane's other
-graphs stay whole after it is what ``tests/gpu/lane_workspace.py`` checks on the GPU. The app
-and the bench close a multiplexer's sessions together, at shutdown.
+their recordings. Closing a session mid-traffic is such a destruction; that the lane's other
+graphs stay whole after it (equal to eager, writing nothing into memory allocated since, before
+and after the cache is emptied) is what ``tests/gpu/lane_workspace.py`` checks: it passed on the
+H200 (torch 2.11, 2026-12-03), and ``bench/capacity.py --open-during`` closes a session while
+the others speak.
 
 And **what the lane's stream already ran**: the effect classification of every (operator,
 signature) class a session's probationary call classified on the lane. A later session's
@@ -43,12 +45,23 @@ eager call would classify the same code on the same shapes again, and warm kerne
 handles and workspaces this stream already holds. Such a class goes straight to capture; its
 outputs are the graph's first replay, as for any capture, so exactness is unchanged.
 
+**Turns.** What uses the lane's pool and staging buffers runs in a turn (:meth:`GraphLane.turn`):
+a period of one of its sessions (the lane's worker holds a turn for the whole period), or one
+replay of the session being opened on it (its warm-up's). A turn holds the lane's lock and, on
+CUDA, starts after the work of the turn before it on any stream (an event the last turn recorded
+on its stream). So a session opened on a lane while its other sessions speak runs its eager
+warm-up and its captures beside their periods (a capture records, it runs nothing; it copies
+nothing into a shared staging buffer), and each of its replays between two of their periods.
+A period may wait, inside its turn, for the generator lock an opening holds throughout; so an
+opening waits for a turn with that lock let go (:func:`yielding`).
+
 The multiplexer opens each session inside :func:`on_lane`; a replay engine made there (by any
 adapter) takes the lane's resources. Nothing here knows a model family.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
@@ -58,7 +71,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["GraphLane", "current_lane", "on_lane"]
+__all__ = ["GraphLane", "current_lane", "on_lane", "yielding"]
 
 
 class _Engine(Protocol):
@@ -77,6 +90,38 @@ class GraphLane:
         self._engines: weakref.WeakSet[Any] = weakref.WeakSet()
         self._staged: weakref.WeakValueDictionary[Hashable, Tensor] = weakref.WeakValueDictionary()
         self._probed: dict[Hashable, tuple[tuple[str, ...], bool]] = {}
+        self._lock = threading.RLock()
+        self._last: torch.cuda.Event | None = None  # recorded where the last turn ended
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Use the lane's pool and staging buffers: one turn at a time (a thread may nest its
+        turns), each after the last one's work on whatever stream it ran. A thread inside
+        :func:`yielding` lets that lock go while it waits (a period may be waiting for it)."""
+        self._take()
+        try:
+            if not self.cuda:
+                yield
+                return
+            current = torch.cuda.current_stream(self.device)
+            if self._last is not None:
+                current.wait_event(self._last)
+            try:
+                yield
+            finally:
+                self._last = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                self._last.record(current)
+        finally:
+            self._lock.release()
+
+    def _take(self) -> None:
+        held = _YIELDING.get()
+        if held is None:
+            self._lock.acquire()
+            return
+        with held:  # wait() lets the lock go, at every depth this thread holds it, and retakes it
+            while not self._lock.acquire(blocking=False):
+                held.wait(0.001)
 
     def probed(self, key: Hashable) -> tuple[tuple[str, ...], bool] | None:
         """What the probationary call of class ``key`` (operator name, signature) found on this
@@ -125,6 +170,9 @@ class GraphLane:
 
 
 _LANE: ContextVar[GraphLane | None] = ContextVar("duplexcadence_graph_lane", default=None)
+_YIELDING: ContextVar[threading.Condition | None] = ContextVar(
+    "duplexcadence_lane_yielding", default=None
+)
 
 
 def current_lane() -> GraphLane | None:
@@ -140,3 +188,15 @@ def on_lane(lane: GraphLane | None) -> Iterator[None]:
         yield
     finally:
         _LANE.reset(token)
+
+
+@contextmanager
+def yielding(held: threading.Condition) -> Iterator[None]:
+    """This thread holds ``held``'s lock (the multiplexer's generator lock, while it opens a
+    session) and a lane's period may wait for it while holding the lane's turn: inside, waiting
+    for a turn lets the lock go (``held.wait``), so the two never wait for each other."""
+    token = _YIELDING.set(held)
+    try:
+        yield
+    finally:
+        _YIELDING.reset(token)

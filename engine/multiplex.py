@@ -28,13 +28,14 @@ arithmetic (full sizes, H200; ``docs/scaling.md`` has the measured table):
   replayed operators), so sets are keyed by (lane, voice); and one generator state
   (:class:`BindingRng`), into which each period hands the session's seed and Philox offset.
 - *Per-session bindings on shared lane resources: Moshi, PersonaPlex* (1,500 MiB declared
-  rings). Each session's graphs are captured at its own state's addresses; measured 1,740 MiB a
-  session, 1,564 allocated: 64 beyond the rings. One binding per lane would copy 2 x 1.5 GiB of
-  rings every 80-ms frame per session, ~1 ms of HBM time each (~5% of a 20-ms period; 10
-  sessions: 10 ms of every 80 ms) to save those 64 MiB; and a single binding serves one session
-  at a time, while per-session bindings let ``lanes`` sessions replay at once on their own
-  streams (a 7B Moshi frame is ~16 ms of launch-bound kernels: one binding time-shared caps
-  Moshi at five sessions per 80 ms).
+  rings). Each session's graphs are captured at its own state's addresses; measured on the H200
+  (2026-12-03) 1,514-1,518 MiB of device memory a later Moshi session, against its declared
+  1,515.9. One binding per lane would copy 2 x 1.5 GiB of rings every 80-ms frame per session,
+  ~1 ms of HBM time each (10 sessions: 10 ms of every 80 ms), and each lane would keep a
+  working set of rings of its own (1.5 GiB a lane) to save the graphs' executables; and a single
+  binding serves one session at a time, while per-session bindings let ``lanes`` sessions
+  replay at once on their own streams (a 7B Moshi frame is ~16 ms of launch-bound kernels: one
+  binding time-shared caps Moshi at five sessions per 80 ms).
 
 Either way the sessions of one lane share that lane's graph resources (:mod:`engine.graph_lane`):
 the side stream warm-up and capture run on, the graph memory pool captures record into, and the
@@ -74,8 +75,20 @@ refuses a session (one line, :class:`AdmissionRefused`) when the measured capaci
 exceeded: the count measured for this family and arm on this device (``Capacity.sessions``),
 or, for one lane, the utilization the admitted sessions' measured periods already use.
 
-Threads: ``admit``, ``submit``, ``drain`` and ``close`` from one controlling thread; the lanes are
-the multiplexer's own threads. Nothing here knows a model family.
+**Opening beside the others.** A session opens while the admitted ones speak: its warm-up and
+captures run on its lane's side stream beside every lane's periods (captures are thread-local),
+and each of its replays takes one of its lane's turns (:meth:`engine.graph_lane.GraphLane.turn`),
+between two of that lane's periods. What it holds throughout is the generator lock (its state
+is the default generator's while it opens), so only a period that runs eagerly (a stock arm, a
+miss) waits for it; it lets the lock go while it waits for a turn (such a period may hold that
+turn: :func:`engine.graph_lane.yielding`). Meanwhile the interpreter switches threads every
+:data:`OPENING_SWITCH_S` (the opening's Python would otherwise keep the lanes' threads waiting
+up to 5 ms each time they come back from the device). One lane waits whole: its periods install
+their session's state unlocked.
+
+Threads: ``submit`` and ``drain`` from one controlling thread, ``admit`` and ``close`` from it or
+from one other (an admission then opens while the controlling thread keeps the periods coming);
+the lanes are the multiplexer's own threads. Nothing here knows a model family.
 """
 
 from __future__ import annotations
@@ -83,6 +96,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
+import sys
 import threading
 import time
 from collections import deque
@@ -94,7 +108,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.graph_lane import GraphLane, on_lane
+from engine.graph_lane import GraphLane, on_lane, yielding
 from engine.sizes import byte_text
 
 __all__ = [
@@ -108,6 +122,11 @@ __all__ = [
 ]
 
 Stepper = Callable[[Any], Any]  # one period: its input in, its result out (on the engine side)
+OPENING_SWITCH_S = 0.0005
+"""The interpreter's switch interval while a session opens beside running lanes (default 5 ms):
+an opening is Python-heavy (its warm-up and captures run the model's code), and every time a
+lane's thread comes back from the device (a replay, a sync) it waits for the interpreter lock
+for up to one interval; a period comes back ~10 times."""
 
 
 class AdmissionRefused(RuntimeError):
@@ -342,6 +361,7 @@ class Multiplexer:
         if self.lanes < 1:
             raise ValueError(f"lanes={self.capacity.lanes}: need at least one")
         self.rng_lock = threading.RLock()
+        self._rng_held = threading.Condition(self.rng_lock)  # an opening waits on it for turns
         self._sessions: dict[int, _Session] = {}
         self._ids = itertools.count()
         # Due periods per lane, (deadline, order, sid): a session keeps its lane, so every
@@ -377,7 +397,8 @@ class Multiplexer:
         """Open a session if the measured capacity holds it; returns its id.
 
         ``opener(rng)`` builds the session's state and bindings (warm-up and capture included)
-        while ``rng`` is installed and no period runs, and returns its stepper and what ends it;
+        while ``rng`` is installed, beside the other sessions' periods (the module docstring:
+        opening beside the others), and returns its stepper and what ends it;
         the session's replay engine takes ``rng.eager`` as its ``eager_guard``.
         ``cost_s``: what one of its periods is expected to cost, for the utilization check
         (default: the admitted sessions' mean). ``eager_periods(payload)``: whether the period
@@ -389,15 +410,17 @@ class Multiplexer:
         lock = self.rng_lock if self.lanes > 1 else None
         rng = SessionRng(self.device, seed, lock)
         load = [0] * self.lanes
-        for other in self._sessions.values():
-            load[other.lane] += 1
+        with self._cv:
+            for other in self._sessions.values():
+                load[other.lane] += 1
         lane = load.index(min(load))  # the lane with the fewest sessions
-        with self._exclusive(), rng.active(), on_lane(self.graph_lanes[lane]):
+        with self._opening(lane), rng.active(), on_lane(self.graph_lanes[lane]):
             step, close = opener(rng)
-        sid = next(self._ids)
-        self._sessions[sid] = _Session(
-            sid, step, rng, period_s, state_bytes, close, eager_periods, lane
-        )
+        with self._cv:
+            sid = next(self._ids)
+            self._sessions[sid] = _Session(
+                sid, step, rng, period_s, state_bytes, close, eager_periods, lane
+            )
         return sid
 
     def close(self, sid: int) -> None:
@@ -448,8 +471,10 @@ class Multiplexer:
                     due = [(h[0], lane) for lane, h in enumerate(self._heaps) if h]
                     if not due:
                         break
-                    session = self._pop(min(due)[1])
-                self._run(session)
+                    lane = min(due)[1]
+                    session = self._pop(lane)
+                with self.graph_lanes[lane].turn():
+                    self._run(session)
         else:
             end = None if timeout is None else time.perf_counter() + timeout
             with self._cv:
@@ -488,15 +513,17 @@ class Multiplexer:
 
     def measured(self) -> dict[int, dict[str, float]]:
         """Each session's recent period cost (p50, p99, seconds) and utilization."""
+        with self._cv:  # the lanes append as periods end
+            recent = {sid: (s.period_s, list(s.costs)) for sid, s in self._sessions.items()}
         out = {}
-        for sid, s in self._sessions.items():
-            if s.costs:
-                costs = np.asarray(s.costs)
+        for sid, (period_s, seen) in recent.items():
+            if seen:
+                costs = np.asarray(seen)
                 p99 = float(np.quantile(costs, 0.99))
                 out[sid] = {
                     "p50_s": float(np.median(costs)),
                     "p99_s": p99,
-                    "utilization": p99 / s.period_s,
+                    "utilization": p99 / period_s,
                 }
         return out
 
@@ -533,21 +560,23 @@ class Multiplexer:
             )
 
     @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """No period runs inside: the lanes wait (a capture must be alone on the device)."""
-        with self._cv:
-            while self._running:
-                self._cv.wait()
-            self._running = -1  # held: lanes take nothing
+    def _opening(self, lane: int) -> Iterator[None]:
+        """A session opening on ``lane``: with the generator lock held throughout (its state is
+        the default one), beside the periods of every lane, its replays in the lane's turns
+        (:meth:`GraphLane.turn`). One lane (whose periods install their session's generator
+        state without the lock) waits instead: the opening holds its turn throughout. Its work
+        is done on the device before its first period."""
+        whole = self.graph_lanes[lane].turn() if self.lanes == 1 else nullcontext()
+        switch = sys.getswitchinterval()
+        if self._workers:  # the lanes' threads wait for the interpreter less while it opens
+            sys.setswitchinterval(min(switch, OPENING_SWITCH_S))
         try:
-            with self.rng_lock:
+            with whole, self._rng_held, yielding(self._rng_held):
                 yield
         finally:
+            sys.setswitchinterval(switch)
             if self.cuda:
                 torch.cuda.synchronize(self.device)
-            with self._cv:
-                self._running = 0
-                self._cv.notify_all()
 
     def _push(self, session: _Session) -> None:
         _, due, _ = session.pending[0]
@@ -622,14 +651,15 @@ class Multiplexer:
         heap = self._heaps[lane]
         while True:
             with self._cv:
-                while not self._stop and (not heap or self._running < 0):
+                while not self._stop and not heap:
                     self._cv.wait()
                 if self._stop and not heap:
                     return
                 session = self._pop(lane)
                 self._running += 1
             try:
-                self._run(session)
+                with self.graph_lanes[lane].turn():
+                    self._run(session)
             finally:
                 with self._cv:
                     self._running -= 1

@@ -485,17 +485,19 @@ class ReplayEngine:
         return self._eager(op, "fallback", args, kw)
 
     def _replay(self, op: ReplayOp, b: Binding, leaves: list[Tensor]) -> Any:
-        for j, buf in b.staged:
-            buf.copy_(leaves[j])
-        if b.graph is None:
-            with torch.no_grad():
-                outputs = op.fn(*b.static_args, **b.static_kwargs)
-        else:
-            for t, value in b.poison:
-                t.fill_(value)
-            b.graph.replay()
-            outputs = b.outputs
-        return deliver(outputs, op.copy_out)
+        """Inputs in, the graph, the outputs delivered: on a lane, in one of its turns."""
+        with self.lane.turn() if self.lane is not None else nullcontext():
+            for j, buf in b.staged:
+                buf.copy_(leaves[j])
+            if b.graph is None:
+                with torch.no_grad():
+                    outputs = op.fn(*b.static_args, **b.static_kwargs)
+            else:
+                for t, value in b.poison:
+                    t.fill_(value)
+                b.graph.replay()
+                outputs = b.outputs
+            return deliver(outputs, op.copy_out)
 
     # -- address stability ------------------------------------------------------------------
 

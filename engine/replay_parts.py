@@ -128,7 +128,8 @@ class Binding:
         buffer: Callable[[int, Tensor], Tensor] | None = None,
     ) -> Binding:
         """Allocate a static buffer per non-aliased tensor leaf (same strides) and fill it;
-        ``buffer(j, leaf)`` gives leaf ``j``'s buffer instead (a lane's shared one).
+        ``buffer(j, leaf)`` gives leaf ``j``'s buffer instead (a lane's shared one), left as it
+        is: another session's replay may read it now, and every replay copies its inputs in.
 
         Raises if a leaf cannot be staged (e.g. it overlaps itself, as an ``expand`` does).
         """
@@ -141,7 +142,7 @@ class Binding:
                 buf = buffer(j, t)
             else:
                 buf = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-            buf.copy_(t)
+                buf.copy_(t)
             static[j] = buf
             staged.append((j, buf))
         s_args, s_kwargs = _rebuild(args, kwargs, iter(static))

@@ -11,6 +11,7 @@ from torch import Tensor
 from adapters.moshi.checkpoint import MoshiModels, build_models
 from adapters.moshi.config import size_for
 from adapters.moshi.frame import vendor_graphs_off
+from adapters.moshi.regions import ring_shapes
 from adapters.moshi.stream import FrameOut, MoshiStream
 from engine.arms import Arm
 from engine.contract import Declaration
@@ -38,8 +39,9 @@ def make_stream(
 
     m = models(seed, size, device)
     replay = replay or ReplayEngine(device, strict=True, poison=True)
+    rings = ring_shapes(DECLARATION, size_for(size, DECLARATION).point)
     stream = MoshiStream(
-        m.mimi, LMGen(m.lm), replay=replay, arm=arm, samples_per_frame=SPF, sdpa=sdpa
+        m.mimi, LMGen(m.lm), replay=replay, arm=arm, samples_per_frame=SPF, sdpa=sdpa, rings=rings
     )
     return stream, replay
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from adapters.moshi.checkpoint import MoshiModels, build_models
+from adapters.moshi.regions import ring_shapes
 from adapters.moshi.stream import MoshiStream
 from adapters.personaplex.config import lm_kwargs, size_for
 from adapters.personaplex.frame import PersonaPlexOps
@@ -68,6 +69,7 @@ def make_stream(
         arm=arm,
         samples_per_frame=SPF,
         sdpa=sdpa,
+        rings=ring_shapes(DECLARATION, size_for(size, DECLARATION).point),
         ops=PersonaPlexOps,
         prompt=prompt_for(m, v),
         name="personaplex",

@@ -8,6 +8,7 @@ engine decides is counted: the counts must be exactly those the schedule of arms
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -182,3 +183,49 @@ def test_streams_over_their_declared_tails_positions_or_frame_are_refused() -> N
         FamilyError, match=r"frame_audio holds 3,840 values a frame, over moshi\.yaml's 3,838"
     ):
         check_regions(stream, DECLARATION, values | {"samples_per_frame": 1919})
+
+
+def test_each_ring_region_is_one_allocation_of_its_declared_shape() -> None:
+    """Every ring of a region is a slice of one tensor of the region's declared shape (one
+    allocation a region: no allocator rounding a ring); a model larger than the declared region
+    is refused with the fix, and one smaller (a checkpoint's codec may be) keeps exactly its
+    rings' values, still in one tensor."""
+    from moshi.models.lm import LMGen
+
+    from adapters.face import FamilyError
+    from adapters.moshi.config import size_for
+    from adapters.moshi.regions import ring_shapes
+    from adapters.moshi.stream import MoshiStream
+    from engine.replay import ReplayEngine
+    from tests.moshi_small import DECLARATION, SPF
+
+    def caches(stream: MoshiStream) -> dict[str, list[torch.Tensor]]:
+        ops = stream.ops
+        parts = {"lm_kv": ops.lm.transformer, "depformer_kv": ops.lm.depformer, "mimi_kv": ops.mimi}
+        return {
+            region: [
+                m._streaming_state.kv_cache.cache
+                for m in module.modules()
+                if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
+            ]
+            for region, module in parts.items()
+        }
+
+    def make(rings: dict[str, tuple[int, ...]]) -> MoshiStream:
+        m = models()
+        return MoshiStream(m.mimi, LMGen(m.lm), replay=ReplayEngine("cpu"), arm=Arm.EAGER,
+                           samples_per_frame=SPF, sdpa="default", rings=rings)  # fmt: skip
+
+    shapes = ring_shapes(DECLARATION, size_for("small", DECLARATION).point)
+    for region, cs in caches(make(shapes)).items():
+        (storage,) = {(c.untyped_storage().data_ptr(), c.untyped_storage().nbytes()) for c in cs}
+        assert storage[1] == sum(c.numel() * c.element_size() for c in cs), region
+        assert storage[1] == math.prod(shapes[region]) * cs[0].element_size(), region
+    lm = shapes["lm_kv"]
+    with pytest.raises(FamilyError, match=r"lm_kv rings take more than the [\d,]+ values moshi"):
+        make({**shapes, "lm_kv": (lm[0] - 1, *lm[1:])})
+    wider = make({**shapes, "lm_kv": (lm[0] + 1, *lm[1:])})
+    cs = caches(wider)["lm_kv"]
+    (nbytes,) = {c.untyped_storage().nbytes() for c in cs}
+    assert nbytes == math.prod(lm) * cs[0].element_size()
+    assert len({c.untyped_storage().data_ptr() for c in cs}) == 1

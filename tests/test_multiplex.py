@@ -98,6 +98,53 @@ def test_earliest_deadline_first_and_in_order() -> None:
     assert [d.index for d in done if d.session == fast] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("lanes", [2, 1])
+def test_a_session_opens_while_the_others_speak(lanes: int) -> None:
+    """An admission from a second thread opens beside the admitted sessions' periods: on two
+    lanes the opener sees another lane's periods end while it runs (it waits for two of them),
+    and each of its engine's replays takes its lane's turn; on one lane the opening holds the
+    lane's turn throughout, so no period ends while it runs."""
+    import threading
+
+    mux = Multiplexer(CPU, Capacity(lanes=lanes))
+    ends, ended = [0], threading.Condition()
+
+    def counted(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
+        def step(payload: Any) -> Any:
+            with ended:
+                ends[0] += 1
+                ended.notify_all()
+            return payload
+
+        return step, None
+
+    speaking = mux.admit(counted, seed=0, period_s=0.01)
+    mux.start()
+    seen: list[bool] = []
+
+    def opener(rng: SessionRng) -> tuple[Callable[[Any], Any], None]:
+        with ended:  # two periods end while it opens
+            start = ends[0]
+            wait = 10.0 if lanes > 1 else 0.5  # one lane: no period can end, however long
+            seen.append(ended.wait_for(lambda: ends[0] >= start + 2, timeout=wait))
+        return _echo(rng)
+
+    admitted: list[int] = []
+    admission = threading.Thread(
+        target=lambda: admitted.append(mux.admit(opener, seed=1, period_s=0.01))
+    )
+    admission.start()
+    while admission.is_alive():
+        mux.submit(speaking, "p")
+        mux.drain(timeout=5)
+    admission.join()
+    assert seen == [lanes > 1]
+    assert lanes == 1 or mux.lane_of(admitted[0]) != mux.lane_of(speaking)
+    mux.submit(admitted[0], "q")
+    assert [d.result for d in mux.drain(timeout=5)] == ["q"]
+    mux.shutdown()
+
+
 def test_a_lane_that_dies_is_raised_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lane thread that fails outside a period (on the H200 its set_device refused a device
     without an index, and the bench waited for its periods until killed) makes ``drain`` raise
@@ -342,6 +389,7 @@ MOSHI_FRAMES = 12
 MOSHI_EVENTS: dict[int, dict[int, Any]] = {  # frame -> a reset or an arm switch before it
     21: {4: "reset", 6: Arm.S, 9: Arm.EAGER},
     22: {3: Arm.SR, 7: "reset", 10: Arm.SRC},
+    23: {2: Arm.R, 5: "reset", 8: Arm.SRC},  # opens while 21 and 22 speak, on 21's lane
 }
 
 
@@ -375,7 +423,11 @@ def test_moshi_sessions_equal_each_alone_in_eager() -> None:
 
 
 def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -> None:
-    """Each session on ``lanes`` beside the others equals itself alone in eager."""
+    """Each session on ``lanes`` beside the others equals itself alone in eager; the last one
+    opens (from a second thread: its warm-up, captures and replays) while the others speak, on
+    the lane of one of them (the first, with two lanes)."""
+    import threading
+
     device = torch.device(request.device)
     source = family("moshi").load_sessions(request, _quiet)
     alone: dict[int, list[Any]] = {}
@@ -392,9 +444,9 @@ def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -
     mux = Multiplexer(device, Capacity(lanes=lanes))
     sids = {}
     models: dict[int, Any] = {}
-    for seed in MOSHI_EVENTS:
 
-        def opener(rng: SessionRng, seed: int = seed) -> tuple[Callable[[Any], Any], Any]:
+    def admit(seed: int) -> None:
+        def opener(rng: SessionRng) -> tuple[Callable[[Any], Any], Any]:
             loaded = source.open(seed, Arm.SRC, rng.eager)
             models[seed] = loaded.model
             return _moshi_stepper(loaded.model), loaded.close
@@ -403,15 +455,30 @@ def moshi_sessions_equal_alone(request: ModelRequest, lanes: int, frames: int) -
             opener,
             seed=seed,
             period_s=source.period_s,
-            eager_periods=lambda payload, seed=seed: not _arm_of(payload, models[seed]).replay,
+            eager_periods=lambda payload: not _arm_of(payload, models[seed]).replay,
         )
         sids[sid] = seed
+
+    *first, last = MOSHI_EVENTS
+    for seed in first:
+        admit(seed)
     mux.start()
     period = source.period_s
-    for sid, seed in sids.items():
+
+    def speak(sid: int, seed: int) -> None:
         for k, payload in enumerate(_moshi_payloads(seed, frames)):
             mux.submit(sid, payload, due=period * (k + 0.5 * sid))
+
+    for sid, seed in list(sids.items()):
+        speak(sid, seed)
+    late = threading.Thread(target=admit, args=(last,))
+    late.start()  # opens while the others' periods run
     done = mux.drain()
+    late.join()
+    (sid,) = (sid for sid, seed in sids.items() if seed == last)
+    assert lanes > 2 or mux.lane_of(sid) == mux.lane_of(next(iter(sids)))
+    speak(sid, last)
+    done += mux.drain()
     for sid, seed in sids.items():
         got = [d.result for d in sorted(done, key=lambda d: d.index) if d.session == sid]
         for k, ((tok_a, pcm_a), (tok_b, pcm_b)) in enumerate(zip(alone[seed], got, strict=True)):
@@ -478,6 +545,7 @@ def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> No
 
     from adapters.moshi.config import size_for, state_bytes
     from adapters.moshi.periods import check_regions
+    from adapters.moshi.regions import ring_shapes
     from adapters.moshi.stream import MoshiStream
     from adapters.personaplex.config import lm_kwargs
     from adapters.personaplex.frame import PersonaPlexOps
@@ -503,6 +571,8 @@ def test_the_released_streams_hold_exactly_their_declared_state(name: str) -> No
         arm=Arm.EAGER,
         samples_per_frame=size.point["samples_per_frame"],
         sdpa="default",
+        rings=ring_shapes(declaration, size.point),
+        name=name,
         **({"ops": PersonaPlexOps} if name == "personaplex" else {}),
     )
     check_regions(stream, declaration, size.point)

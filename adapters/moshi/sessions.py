@@ -113,6 +113,7 @@ class MoshiSessions:
         with ``seed``."""
         from moshi.models.lm import LMGen
 
+        from adapters.moshi.regions import ring_shapes
         from adapters.moshi.stream import MoshiStream
         from engine.replay import ReplayEngine
 
@@ -128,6 +129,7 @@ class MoshiSessions:
             arm=arm,
             samples_per_frame=values["samples_per_frame"],
             sdpa=sdpa if device.type == "cuda" else "default",
+            rings=ring_shapes(self.declaration, values),
         )
         check_regions(stream, self.declaration, values)
         report("loading", 1.0)

@@ -14,8 +14,10 @@ SRc       state rule                                   one replayed graph per fr
 Moshi's carry degenerates to the vendor's own rings (paper §3.2): every cache is a
 ``RingKVCache`` of a fixed capacity written in place, so one set of rings, sized by the
 declaration (``main_capacity``, ``depformer_capacity``, ``mimi_capacity``: the model is built
-with those contexts), serves every arm. The replayed operators read and write them by closure:
-they are write-through regions, address-checked on every replay, never staged. What the state
+with those contexts), serves every arm. Each region's rings are the slots of one tensor of its
+declared shape (:mod:`adapters.moshi.regions`: one allocation, not one a ring). The replayed
+operators read and write them by closure: they are write-through regions, address-checked on
+every replay, never staged. What the state
 rule adds is the frame's own tensors (microphone frame, user codes, text token, hidden state,
 frame tokens, speech frame): under S/SR/SRc they live in address-stable regions the operators
 read and write in place (nothing staged, nothing copied out); under the stock arms they are
@@ -36,7 +38,7 @@ Mimi's replay is simulated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,6 +49,7 @@ from torch import Tensor
 from adapters.moshi.clock import share_clocks
 from adapters.moshi.frame import FrameOps, vendor_graphs_off
 from adapters.moshi.one_step import one_step_layers
+from adapters.moshi.regions import rings_in
 from adapters.moshi.vendor import replace_class
 from engine.arms import Arm, Granularity
 from engine.duplex import SpanFactory, untimed
@@ -83,7 +86,10 @@ class FrameOut:
 class MoshiStream:
     """One conversation over ``mimi`` and ``lm_gen`` (streaming here, batch 1); ``ArmedStream``.
 
-    ``sdpa`` is the temporal step's declared attention kernel (``default`` on the CPU).
+    ``sdpa`` is the temporal step's declared attention kernel (``default`` on the CPU);
+    ``rings`` each ring region's declared shape (:func:`adapters.moshi.regions.ring_shapes`):
+    the vendor's rings are made as the slots of one tensor per region; ``name`` the
+    declaration's.
     """
 
     def __init__(
@@ -96,12 +102,15 @@ class MoshiStream:
         samples_per_frame: int,
         sdpa: str,
         ops: type[FrameOps] = FrameOps,
+        rings: Mapping[str, tuple[int, ...]],
         prompt: PromptPhase | None = None,
         name: str = "moshi",
     ) -> None:
         self._streaming = ExitStack()
-        for module in (mimi, lm_gen, lm_gen.lm_model.depformer):
-            self._streaming.enter_context(module.streaming(1))
+        parts = {"mimi_kv": mimi, "lm_kv": lm_gen, "depformer_kv": lm_gen.lm_model.depformer}
+        for region, module in parts.items():  # each region's rings made in one tensor
+            with rings_in(module, region, rings[region], name):
+                self._streaming.enter_context(module.streaming(1))
         ops.own_rings(mimi, lm_gen.lm_model)  # a family's own ring rule, before the clocks
         self.clock_followers = share_clocks(mimi, lm_gen.lm_model)  # layers on a shared clock
         one_step_layers(lm_gen.lm_model)  # the depformer's per-step weights without a copy

@@ -107,6 +107,7 @@ class PersonaPlexFamily:
 
         from adapters.moshi.checkpoint import build_models
         from adapters.moshi.periods import MoshiPeriods, check_regions, warm_up
+        from adapters.moshi.regions import ring_shapes
         from adapters.moshi.stream import MoshiStream
         from adapters.personaplex.checkpoint import load_lm
         from adapters.personaplex.config import lm_kwargs, size_for
@@ -169,6 +170,7 @@ class PersonaPlexFamily:
             arm=request.arm,
             samples_per_frame=spf,
             sdpa=sdpa if device.type == "cuda" else "default",
+            rings=ring_shapes(declaration, values),
             ops=PersonaPlexOps,
             prompt=prompt,
             name="personaplex",
