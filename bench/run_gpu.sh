@@ -4,7 +4,9 @@
 #
 #   bench/run_gpu.sh OUT_DIR [pytest args...]
 #
-#   DUPLEXCADENCE_BENCH=tests   only the gpu tests     (about 5 minutes on an H200)
+#   DUPLEXCADENCE_BENCH=tests   only the gpu tests     (well over 10 minutes on an H200 since
+#                               MiniCPM-o's: 5 tests ran in 570 s on 2026-12-03; pass test
+#                               files as pytest args to split them over 10-minute calls)
 #   DUPLEXCADENCE_BENCH=bench   only the benchmarks    (about 15 minutes)
 #   DUPLEXCADENCE_BENCH=all     both (the default)
 #   DUPLEXCADENCE_BENCH=moshi   only bench/moshi.py (about 5 minutes; the 7B needs ~17 GB)

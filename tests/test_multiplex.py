@@ -103,7 +103,7 @@ def test_a_session_opens_while_the_others_speak(lanes: int) -> None:
     """An admission from a second thread opens beside the admitted sessions' periods: on two
     lanes the opener sees another lane's periods end while it runs (it waits for two of them),
     and each of its engine's replays takes its lane's turn; on one lane the opening holds the
-    lane's turn throughout, so no period ends while it runs."""
+    lane's turn throughout, so no period ends while it runs. It closes from that thread too."""
     import threading
 
     mux = Multiplexer(CPU, Capacity(lanes=lanes))
@@ -142,6 +142,13 @@ def test_a_session_opens_while_the_others_speak(lanes: int) -> None:
     assert lanes == 1 or mux.lane_of(admitted[0]) != mux.lane_of(speaking)
     mux.submit(admitted[0], "q")
     assert [d.result for d in mux.drain(timeout=5)] == ["q"]
+    closing = threading.Thread(target=mux.close, args=(admitted[0],))
+    closing.start()  # and it closes while the other speaks
+    while closing.is_alive():
+        mux.submit(speaking, "p")
+        mux.drain(timeout=5)
+    closing.join()
+    assert mux.sessions == (speaking,)
     mux.shutdown()
 
 
