@@ -342,19 +342,11 @@ def multiplexed(
                     "capture_mib": round(info.get("capture_bytes", 0) / MIB, 1),
                 }
             )
-        for sid, (_, session) in sessions.items():  # every conversation starts again
-            session.reset()
-            mux.rng(sid).reseed()
+        _restart(mux, sessions)
         n = len(sessions)
         work = {sid: load.payloads(seed, args.periods) for sid, (seed, _) in sessions.items()}
         settle_heap()  # as converse --sessions does once its sessions are admitted
-        t0 = time.perf_counter() + 0.2
-        plan = sorted(
-            (t0 + (i / n + k) * period, sid, p)
-            for i, (sid, payloads) in enumerate(work.items())
-            for k, p in enumerate(payloads)
-        )
-        done = _paced(mux, [(due, sid, p) for due, sid, p in plan], device)
+        done = _paced(mux, _plan(work, period), device)
         release_heap()  # what closes later (the exact check's sessions) is collected again
         stats = _stats(done, period)
         used, _ = _memory(device)
@@ -383,6 +375,24 @@ def multiplexed(
     return _summary(arm, mux.lanes, period, load, admissions, levels, exact)
 
 
+def _restart(mux: Multiplexer, sessions: dict[int, tuple[int, Any]]) -> None:
+    """Every conversation starts again: its state reset, its random stream from its seed."""
+    for sid, (_, session) in sessions.items():
+        session.reset()
+        mux.rng(sid).reseed()
+
+
+def _plan(work: dict[int, list[Any]], period: float) -> list[tuple[float, int, Any]]:
+    """Each session's payloads due one period apart from 0.2 s on, the sessions spread evenly
+    over a period; ordered by due time."""
+    t0, n = time.perf_counter() + 0.2, len(work)
+    return sorted(
+        (t0 + (i / n + k) * period, sid, p)
+        for i, (sid, payloads) in enumerate(work.items())
+        for k, p in enumerate(payloads)
+    )
+
+
 def _admit(mux: Multiplexer, load: Any, arm: Arm, seed: int) -> tuple[int, dict[str, Any]]:
     """Admit session ``seed``; its session object and warm-up record in the returned holder."""
     holder: dict[str, Any] = {}
@@ -409,9 +419,7 @@ def _open_during(
     opened and closed, whether any was late, and whether every conversation said exactly what
     it said in the level's own run."""
     period, n = load.period_s, len(sessions)
-    for sid, (_, session) in sessions.items():
-        session.reset()
-        mux.rng(sid).reseed()
+    _restart(mux, sessions)
     marks: dict[str, float] = {}
     failed: list[str] = []
 
@@ -430,12 +438,7 @@ def _open_during(
 
     thread = threading.Thread(target=visitor, name="capacity-visitor")
     settle_heap()
-    t0 = time.perf_counter() + 0.2
-    plan = sorted(
-        (t0 + (i / n + k) * period, sid, p)
-        for i, (sid, payloads) in enumerate(work.items())
-        for k, p in enumerate(payloads)
-    )
+    plan = _plan(work, period)
     thread.start()
     done = _paced(mux, plan, device)
     thread.join()

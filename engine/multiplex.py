@@ -471,10 +471,8 @@ class Multiplexer:
                     due = [(h[0], lane) for lane, h in enumerate(self._heaps) if h]
                     if not due:
                         break
-                    lane = min(due)[1]
-                    session = self._pop(lane)
-                with self.graph_lanes[lane].turn():
-                    self._run(session)
+                    session = self._pop(min(due)[1])
+                self._run(session)
         else:
             end = None if timeout is None else time.perf_counter() + timeout
             with self._cv:
@@ -590,29 +588,31 @@ class Multiplexer:
         return session
 
     def _run(self, session: _Session) -> None:
-        index, due, payload = session.pending[0]
-        started = time.perf_counter()
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            with self._period_rng(session, payload):
-                result = session.step(payload)
-            if self.cuda:
-                torch.cuda.current_stream(self.device).synchronize()
-        except Exception as exc:  # the period fails alone; its session reports it
-            error = exc
-        finished = time.perf_counter()
-        with self._cv:
-            session.pending.popleft()
-            session.busy = False
-            session.costs.append(finished - started)
-            self._done.append(
-                Done(session.sid, index, due, started, finished, due + session.period_s, result,
-                     error)
-            )  # fmt: skip
-            if session.pending:
-                self._push(session)
-            self._cv.notify_all()
+        """One period of ``session``, in its lane's turn (:meth:`GraphLane.turn`)."""
+        with self.graph_lanes[session.lane].turn():
+            index, due, payload = session.pending[0]
+            started = time.perf_counter()
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                with self._period_rng(session, payload):
+                    result = session.step(payload)
+                if self.cuda:
+                    torch.cuda.current_stream(self.device).synchronize()
+            except Exception as exc:  # the period fails alone; its session reports it
+                error = exc
+            finished = time.perf_counter()
+            with self._cv:
+                session.pending.popleft()
+                session.busy = False
+                session.costs.append(finished - started)
+                self._done.append(
+                    Done(session.sid, index, due, started, finished, due + session.period_s, result,
+                         error)
+                )  # fmt: skip
+                if session.pending:
+                    self._push(session)
+                self._cv.notify_all()
 
     def _period_rng(self, session: _Session, payload: Any) -> AbstractContextManager[None]:
         if self.lanes == 1:
@@ -658,8 +658,7 @@ class Multiplexer:
                 session = self._pop(lane)
                 self._running += 1
             try:
-                with self.graph_lanes[lane].turn():
-                    self._run(session)
+                self._run(session)
             finally:
                 with self._cv:
                     self._running -= 1

@@ -200,16 +200,7 @@ def test_each_ring_region_is_one_allocation_of_its_declared_shape() -> None:
     from tests.moshi_small import DECLARATION, SPF
 
     def caches(stream: MoshiStream) -> dict[str, list[torch.Tensor]]:
-        ops = stream.ops
-        parts = {"lm_kv": ops.lm.transformer, "depformer_kv": ops.lm.depformer, "mimi_kv": ops.mimi}
-        return {
-            region: [
-                m._streaming_state.kv_cache.cache
-                for m in module.modules()
-                if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
-            ]
-            for region, module in parts.items()
-        }
+        return {region: [r.cache for r in rings] for region, rings in stream.rings().items()}
 
     def make(rings: dict[str, tuple[int, ...]]) -> MoshiStream:
         m = models()

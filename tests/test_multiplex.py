@@ -507,16 +507,7 @@ def test_moshi_declared_state_is_every_ring_a_session_holds() -> None:
     source = family("moshi").load_sessions(MOSHI_REQUEST, _quiet)
     loaded = source.open(0, Arm.EAGER, only_own_arm=True)
     stream = loaded.model.stream
-    lm = stream.ops.lm
-    parts = {"lm_kv": lm.transformer, "depformer_kv": lm.depformer, "mimi_kv": stream.ops.mimi}
-    held = {
-        region: sum(
-            m._streaming_state.kv_cache.cache.numel()
-            for m in module.modules()
-            if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
-        )
-        for region, module in parts.items()
-    }
+    held = {region: sum(r.cache.numel() for r in rings) for region, rings in stream.rings().items()}
     states = [getattr(m, "_streaming_state", None) for m in stream.ops.mimi.modules()]
     held["mimi_conv"] = sum(
         tail.numel()

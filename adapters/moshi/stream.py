@@ -171,19 +171,23 @@ class MoshiStream:
             with vendor_graphs_off(self.device), torch.no_grad():
                 self.frames = self.prompt.run(self)
 
-    def ring_capacities(self) -> dict[str, set[int]]:
-        """The rings' capacities by declared region: ``lm_kv`` (the temporal transformer),
-        ``depformer_kv`` and ``mimi_kv`` (Mimi's two transformers)."""
+    def rings(self) -> dict[str, list[Any]]:
+        """The rings (``RingKVCache``) by declared region: ``lm_kv`` (the temporal
+        transformer), ``depformer_kv`` and ``mimi_kv`` (Mimi's two transformers)."""
         lm = self.ops.lm
         parts = {"lm_kv": lm.transformer, "depformer_kv": lm.depformer, "mimi_kv": self.ops.mimi}
         return {
-            region: {
-                m._streaming_state.kv_cache.capacity
+            region: [
+                m._streaming_state.kv_cache
                 for m in module.modules()
                 if getattr(getattr(m, "_streaming_state", None), "kv_cache", None) is not None
-            }
+            ]
             for region, module in parts.items()
         }
+
+    def ring_capacities(self) -> dict[str, set[int]]:
+        """The rings' capacities by declared region (:meth:`rings`)."""
+        return {region: {r.capacity for r in rings} for region, rings in self.rings().items()}
 
     def conv_values(self) -> int:
         """The values Mimi's streaming convolutions keep between frames (region ``mimi_conv``):
