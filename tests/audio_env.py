@@ -122,34 +122,62 @@ def play_to_mic(wav: Path, audio: AudioEnv) -> subprocess.Popen[bytes]:
 
 
 # A process of its own naps 5 ms at a time, real-time where the machine allows it, until its
-# stdin closes, then prints the longest it overslept: a stall of the whole machine (the sound
-# server's real-time threads stop too), which this process's interpreter lock cannot cause.
-_WATCH = """
-import os, select, sys, time
+# stdin closes, then prints two numbers. The longest it overslept: a stall of the CPU it ran on
+# (the sound server's threads there stop too), which our interpreter lock cannot cause. And the
+# most time the host took from any one CPU within STOLEN_WINDOW_S (/proc/stat's steal column,
+# where the kernel keeps it): a virtual machine's other CPU can stop while this one runs on, and
+# a PortAudio or PipeWire thread stopped there misses its deadline just the same.
+STOLEN_WINDOW_S = 0.2
+_WATCH = f"""
+import collections, os, select, sys, time
 try:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
 except (AttributeError, OSError):
     pass
-worst, last = 0.0, time.monotonic()
+tick = os.sysconf("SC_CLK_TCK")
+def steal():
+    try:
+        with open("/proc/stat") as f:
+            rows = [r.split() for r in f if r[:3] == "cpu" and r[3].isdigit()]
+    except OSError:
+        return ()
+    return tuple(int(r[8]) / tick if len(r) > 8 else 0.0 for r in rows)
+slept, stolen, last = 0.0, 0.0, time.monotonic()
+window = collections.deque([(last, steal())])
 while not select.select([sys.stdin], [], [], 0.005)[0]:
-    now = time.monotonic()
-    worst, last = max(worst, now - last - 0.005), now
-print(worst)
+    now, cpus = time.monotonic(), steal()
+    slept, last = max(slept, now - last - 0.005), now
+    while len(window) > 1 and now - window[1][0] >= {STOLEN_WINDOW_S}:
+        window.popleft()
+    if len(cpus) == len(window[0][1]):
+        stolen = max([stolen] + [b - a for a, b in zip(window[0][1], cpus)])
+    window.append((now, cpus))
+print(slept, stolen)
 """
 
 
 @dataclass
 class Stall:
-    """The longest stall of the machine seen by :func:`machine_stalls`, in seconds."""
+    """What :func:`machine_stalls` saw, in seconds: the longest its watcher overslept, and the
+    most time the host took from any one CPU within ``STOLEN_WINDOW_S``."""
 
-    seconds: float = 0.0
+    slept: float = 0.0
+    stolen: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """The longest any CPU of the machine was away."""
+        return max(self.slept, self.stolen)
+
+    def __str__(self) -> str:
+        return f"overslept {self.slept * 1e3:.0f} ms, stolen {self.stolen * 1e3:.0f} ms"
 
 
 @contextmanager
 def machine_stalls() -> Iterator[Stall]:
-    """Watch for stalls of the machine itself while the block runs (``Stall.seconds`` once it
-    ends): a real-time loopback glitches when every process stops for a few hundred ms (a
-    host that takes the virtual machine's CPUs away), and that says nothing of our code."""
+    """Watch for stalls of the machine itself while the block runs (the :class:`Stall` is
+    filled in once it ends): a real-time loopback glitches when a CPU stops for a hundred ms or
+    more (a host that takes a virtual machine's CPU away), and that says nothing of our code."""
     watcher = subprocess.Popen(
         [sys.executable, "-c", _WATCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -158,7 +186,8 @@ def machine_stalls() -> Iterator[Stall]:
         yield stall
     finally:
         out, _ = watcher.communicate("", timeout=10)
-        stall.seconds = float(out.strip() or 0.0)
+        slept, stolen = (float(x) for x in (out.split() or ["0", "0"]))
+        stall.slept, stall.stolen = slept, stolen
 
 
 @pytest.fixture(scope="session")
